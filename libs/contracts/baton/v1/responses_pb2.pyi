@@ -1,0 +1,60 @@
+from baton.v1 import common_pb2 as _common_pb2
+from baton.v1 import requests_pb2 as _requests_pb2
+from baton.v1 import workflow_pb2 as _workflow_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class StepRecord(_message.Message):
+    __slots__ = ("step", "worker", "model", "attempt", "instruction", "output", "usage", "latency_ms", "error")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    INSTRUCTION_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_MS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    step: int
+    worker: str
+    model: str
+    attempt: int
+    instruction: str
+    output: str
+    usage: _common_pb2.Usage
+    latency_ms: float
+    error: _common_pb2.Error
+    def __init__(self, step: _Optional[int] = ..., worker: _Optional[str] = ..., model: _Optional[str] = ..., attempt: _Optional[int] = ..., instruction: _Optional[str] = ..., output: _Optional[str] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., latency_ms: _Optional[float] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ...) -> None: ...
+
+class Episode(_message.Message):
+    __slots__ = ("request", "plan", "steps", "total", "latency_ms")
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    PLAN_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_MS_FIELD_NUMBER: _ClassVar[int]
+    request: _requests_pb2.ChatRequest
+    plan: _workflow_pb2.Plan
+    steps: _containers.RepeatedCompositeFieldContainer[StepRecord]
+    total: _common_pb2.Usage
+    latency_ms: float
+    def __init__(self, request: _Optional[_Union[_requests_pb2.ChatRequest, _Mapping]] = ..., plan: _Optional[_Union[_workflow_pb2.Plan, _Mapping]] = ..., steps: _Optional[_Iterable[_Union[StepRecord, _Mapping]]] = ..., total: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., latency_ms: _Optional[float] = ...) -> None: ...
+
+class Response(_message.Message):
+    __slots__ = ("request_id", "answer", "error", "episode", "completed_unix_ms")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    EPISODE_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    answer: str
+    error: _common_pb2.Error
+    episode: Episode
+    completed_unix_ms: int
+    def __init__(self, request_id: _Optional[str] = ..., answer: _Optional[str] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ..., episode: _Optional[_Union[Episode, _Mapping]] = ..., completed_unix_ms: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,261 @@
+"""Run the whole suite on one machine: Kafka plus every service as its own process.
+
+`make up` starts a detached stack and records it in `.baton/run/stack.json`; `make down` stops
+exactly what that file names. Tests and `make demo` use the same class in the foreground.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from baton_platform import topics
+from baton_platform.config import BatonConfig, load_config
+
+from baton_devtools import kafka as kafka_harness
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+DEFAULT_CONFIG = REPO_ROOT / "config" / "baton.yaml"
+
+
+def config_path() -> Path:
+    """BATON_CONFIG when set, else the default configuration that ships with the project."""
+    return Path(os.environ.get("BATON_CONFIG") or DEFAULT_CONFIG).resolve()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class ServiceProc:
+    name: str
+    module: str
+    port: int
+    args: list[str] = field(default_factory=list)
+    pid: int | None = None
+    log: str = ""
+
+    @property
+    def ready_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/health/ready"
+
+
+def plan_services(config: BatonConfig, gateway_port: int, pick_port=free_port) -> list[ServiceProc]:
+    """One process per service; one executor per provider in use, times its `replicas`."""
+    procs = [
+        ServiceProc("gateway", "baton_gateway.main", gateway_port),
+        ServiceProc("router", "baton_router.main", pick_port()),
+        ServiceProc("synthesizer", "baton_synthesizer.main", pick_port()),
+        ServiceProc("reward-logger", "baton_reward_logger.main", pick_port()),
+    ]
+    for provider in config.providers:
+        replicas = max(w.replicas for w in config.workers if w.provider == provider)
+        for i in range(replicas):
+            port = pick_port()
+            procs.append(ServiceProc(f"executor-{provider}-{i}", "baton_executor.main", port,
+                                     ["--provider", provider, "--port", str(port)]))
+    return procs
+
+
+class Stack:
+    def __init__(self, run_dir: Path, *, config_file: Path | None = None, gateway_port: int | None = None,
+                 bootstrap_servers: str | None = None, env: dict[str, str] | None = None,
+                 dataset_dir: Path | None = None) -> None:
+        self.run_dir = Path(run_dir).resolve()
+        self.config_file = Path(config_file or config_path()).resolve()
+        self.config = load_config(self.config_file)
+        self.gateway_port = gateway_port if gateway_port is not None else self.config.gateway.port
+        self.bootstrap_servers = bootstrap_servers or os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or None
+        self.extra_env = env or {}
+        self.dataset_dir = Path(dataset_dir or self.run_dir / "episodes").resolve()
+        self.kafka: kafka_harness.LocalKafka | None = None
+        self.services: list[ServiceProc] = []
+
+    @property
+    def state_file(self) -> Path:
+        return self.run_dir / "stack.json"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.gateway_port}/v1"
+
+    # -- start ---------------------------------------------------------------------------------
+
+    def start(self, *, detach: bool = False, timeout: float = 180, echo=print) -> "Stack":
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "logs").mkdir(exist_ok=True)
+        try:
+            if self.bootstrap_servers is None:
+                echo("starting Kafka (KRaft, single node)...")
+                self.kafka = kafka_harness.LocalKafka(data_dir=self.run_dir / "kafka", log_file=self.run_dir / "logs" / "kafka.log")
+                self.kafka.start(timeout=timeout, detach=detach)
+                self.bootstrap_servers = self.kafka.bootstrap_servers
+            counts, configs = topics.topic_plan(self.config.kafka.partitions, self.config.providers)
+            kafka_harness.create_topics(self.bootstrap_servers, counts, config=configs)
+            self.services = plan_services(self.config, self.gateway_port)
+            for svc in self.services:
+                self._spawn(svc, detach)
+            self._write_state()
+            echo(f"starting {len(self.services)} services...")
+            self._wait_ready(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _env(self, svc: ServiceProc) -> dict[str, str]:
+        env = {**os.environ, **self.extra_env}
+        env.update({
+            "BATON_CONFIG": str(self.config_file),
+            "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers or "",
+            "BATON_GATEWAY__PORT": str(self.gateway_port),
+            "BATON_REWARD_LOGGER__DATASET_DIR": str(self.dataset_dir),
+            "PYTHONUNBUFFERED": "1",
+        })
+        env.pop("BATON_KAFKA__BOOTSTRAP_SERVERS", None)
+        section = {"router": "ROUTER", "synthesizer": "SYNTHESIZER", "reward-logger": "REWARD_LOGGER"}.get(svc.name)
+        if section:
+            env[f"BATON_{section}__PORT"] = str(svc.port)
+        return env
+
+    def _spawn(self, svc: ServiceProc, detach: bool) -> None:
+        log_path = self.run_dir / "logs" / f"{svc.name}.log"
+        svc.log = str(log_path)
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen([sys.executable, "-m", svc.module, *svc.args], env=self._env(svc),
+                                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True, cwd=self.run_dir)
+        svc.pid = proc.pid
+        if not detach:
+            self._children = getattr(self, "_children", []) + [proc]
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        waiting = list(self.services)
+        while waiting:
+            for svc in list(waiting):
+                if not _alive(svc.pid):
+                    raise RuntimeError(f"{svc.name} exited during start; its log ({svc.log}) ends:\n{_tail(svc.log)}")
+                if _http_ok(svc.ready_url):
+                    waiting.remove(svc)
+            if time.monotonic() > deadline:
+                names = ", ".join(s.name for s in waiting)
+                raise TimeoutError(f"not ready after {timeout:g} s: {names}; logs in {self.run_dir / 'logs'}")
+            time.sleep(0.3)
+
+    def _write_state(self) -> None:
+        state = {
+            "bootstrap_servers": self.bootstrap_servers,
+            "kafka_pidfile": str(self.kafka.pidfile) if self.kafka else None,
+            "gateway_port": self.gateway_port,
+            "services": [asdict(s) for s in self.services],
+        }
+        self.state_file.write_text(json.dumps(state, indent=2))
+
+    # -- stop ----------------------------------------------------------------------------------
+
+    def stop(self, timeout: float = 20) -> None:
+        stop_services([s.pid for s in self.services if s.pid], timeout)
+        for proc in getattr(self, "_children", []):
+            proc.poll()
+        if self.kafka is not None:
+            self.kafka.stop()
+        self.state_file.unlink(missing_ok=True)
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> ServiceProc:
+        svc = next(s for s in self.services if s.name == name)
+        os.killpg(svc.pid, sig)
+        return svc
+
+    def restart(self, name: str, timeout: float = 60) -> None:
+        svc = next(s for s in self.services if s.name == name)
+        self._spawn(svc, detach=False)
+        deadline = time.monotonic() + timeout
+        while not _http_ok(svc.ready_url):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{name} not ready after restart")
+            time.sleep(0.3)
+
+
+def stop_services(pids: list[int], timeout: float = 20) -> None:
+    """SIGTERM each service's process group, then SIGKILL what is still there."""
+    for pid in pids:
+        _signal_group(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in pids:
+        if _alive(pid):
+            _signal_group(pid, signal.SIGKILL)
+    for pid in pids:
+        _reap(pid)
+
+
+def down(run_dir: Path) -> bool:
+    """Stop a detached stack recorded in run_dir; True when there was one."""
+    state_file = Path(run_dir) / "stack.json"
+    if not state_file.exists():
+        return False
+    state = json.loads(state_file.read_text())
+    stop_services([s["pid"] for s in state["services"] if s.get("pid")])
+    if state.get("kafka_pidfile"):
+        kafka_harness.stop_pidfile(Path(state["kafka_pidfile"]))
+    state_file.unlink(missing_ok=True)
+    return True
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return False
+    except ChildProcessError:
+        pass  # not our child (a detached stack): fall back to signal 0
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return r.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _tail(path: str, lines: int = 40) -> str:
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"

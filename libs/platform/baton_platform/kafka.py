@@ -1,0 +1,62 @@
+"""The one way services build their Kafka broker: security settings and trace propagation included."""
+
+from __future__ import annotations
+
+import logging
+import os
+import ssl
+
+from faststream.kafka import KafkaBroker
+from faststream.kafka.opentelemetry import KafkaTelemetryMiddleware
+from faststream.security import SASLPlaintext, SASLScram256, SASLScram512, BaseSecurity
+from opentelemetry.sdk.trace import TracerProvider
+
+from baton_platform.config import KafkaConfig
+
+
+def _security(cfg: KafkaConfig) -> BaseSecurity | None:
+    if cfg.security_protocol == "PLAINTEXT":
+        return None
+    context = None
+    if cfg.security_protocol in ("SSL", "SASL_SSL"):
+        context = ssl.create_default_context(cafile=str(cfg.ssl_cafile) if cfg.ssl_cafile else None)
+    if cfg.security_protocol == "SSL":
+        return BaseSecurity(ssl_context=context, use_ssl=True)
+    password = os.environ.get(cfg.sasl_password_env or "", "")
+    if not (cfg.sasl_username and password):
+        raise ValueError(
+            "kafka: SASL needs sasl_username and a password in the variable named by sasl_password_env"
+        )
+    kind = {"PLAIN": SASLPlaintext, "SCRAM-SHA-256": SASLScram256, "SCRAM-SHA-512": SASLScram512}[
+        cfg.sasl_mechanism or "PLAIN"
+    ]
+    return kind(username=cfg.sasl_username, password=password, ssl_context=context,
+                use_ssl=cfg.security_protocol == "SASL_SSL")
+
+
+def make_broker(cfg: KafkaConfig, *, client_id: str, tracer_provider: TracerProvider | None) -> KafkaBroker:
+    middlewares = []
+    if tracer_provider is not None:
+        middlewares.append(KafkaTelemetryMiddleware(tracer_provider=tracer_provider))
+    return KafkaBroker(
+        cfg.bootstrap_servers,
+        client_id=client_id,
+        security=_security(cfg),
+        middlewares=middlewares,
+        linger_ms=cfg.linger_ms,
+        # Idempotent producer: a retried send never writes a record twice.
+        enable_idempotence=True,
+        acks="all",
+        allow_auto_create_topics=False,
+        # Per-message processing logs go to DEBUG; warnings and errors still surface.
+        log_level=logging.DEBUG,
+    )
+
+
+def consumer_options(cfg: KafkaConfig) -> dict:
+    """Subscriber settings every service shares."""
+    return {
+        "session_timeout_ms": cfg.session_timeout_ms,
+        "heartbeat_interval_ms": cfg.heartbeat_interval_ms,
+        "auto_offset_reset": "earliest",
+    }

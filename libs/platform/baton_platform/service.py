@@ -1,0 +1,60 @@
+"""What every Kafka-driven service shares: its broker, dead letters, metrics, and HTTP endpoints."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from faststream.asgi import AsgiFastStream
+from faststream.kafka import KafkaBroker
+from opentelemetry.sdk.trace import TracerProvider
+from prometheus_client import CollectorRegistry, Counter
+from starlette.routing import request_response
+
+from baton_platform.config import BatonConfig
+from baton_platform.http import ReadyCheck, broker_ready, live_endpoint, metrics_endpoint, ready_endpoint
+from baton_platform.kafka import make_broker
+from baton_platform.messages import DeadLetters
+from baton_platform.telemetry import setup_tracing
+
+
+@dataclass
+class Service:
+    name: str
+    config: BatonConfig
+    broker: KafkaBroker
+    tracer_provider: TracerProvider
+    registry: CollectorRegistry
+    dead_letters: DeadLetters = field(init=False)
+
+    def __post_init__(self) -> None:
+        dlq_total = Counter(
+            "baton_dlq_messages", "Records sent to the dead-letter topic", ["topic"], registry=self.registry
+        )
+        self.dead_letters = DeadLetters(self.broker, self.name, on_dead_letter=lambda t: dlq_total.labels(t).inc())
+
+    @classmethod
+    def create(cls, name: str, config: BatonConfig, tracer_provider: TracerProvider | None = None) -> "Service":
+        provider = tracer_provider if tracer_provider is not None else setup_tracing(name)
+        broker = make_broker(config.kafka, client_id=name, tracer_provider=provider)
+        return cls(name=name, config=config, broker=broker, tracer_provider=provider, registry=CollectorRegistry())
+
+    def asgi_app(self, *, ready_checks: list[ReadyCheck] = (), on_startup=(), after_startup=(), on_shutdown=()) -> AsgiFastStream:
+        """An ASGI app running the broker's subscribers plus /health/live, /health/ready and /metrics."""
+
+        async def ready() -> str | None:
+            return await broker_ready(self.broker)
+
+        async def flush_traces() -> None:
+            self.tracer_provider.force_flush(5000)
+
+        return AsgiFastStream(
+            self.broker,
+            asgi_routes=[
+                ("/health/live", request_response(live_endpoint())),
+                ("/health/ready", request_response(ready_endpoint([ready, *ready_checks]))),
+                ("/metrics", request_response(metrics_endpoint(self.registry))),
+            ],
+            on_startup=list(on_startup),
+            after_startup=list(after_startup),
+            on_shutdown=[*on_shutdown, flush_traces],
+        )

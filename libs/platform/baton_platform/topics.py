@@ -1,0 +1,43 @@
+"""Every topic and consumer group name of the suite, in one place."""
+
+REQUESTS = "baton.requests"
+WORKFLOW = "baton.workflow"
+RESPONSES = "baton.responses"
+FEEDBACK = "baton.feedback"
+POLICY = "baton.policy"
+DLQ = "baton.dlq"
+TASKS_PREFIX = "baton.tasks."
+
+GROUP_ROUTER = "baton-router"
+GROUP_SYNTHESIZER = "baton-synthesizer"
+GROUP_GATEWAY = "baton-gateway"
+GROUP_REWARD_LOGGER = "baton-reward-logger"
+
+# The record header that carries a dead letter's reason.
+DLQ_REASON_HEADER = "baton-dlq-reason"
+
+
+def tasks_topic(provider: str) -> str:
+    return f"{TASKS_PREFIX}{provider}"
+
+
+def executor_group(provider: str) -> str:
+    return f"baton-executor-{provider}"
+
+
+def executor_service_name(provider: str) -> str:
+    return f"baton-executor-{provider}"
+
+
+def topic_plan(partitions: int, providers: list[str]) -> tuple[dict[str, int], dict[str, dict[str, str]]]:
+    """Partition counts and topic configs for the whole suite.
+
+    Partitions bound the replicas that can share a topic's work, so every topic gets the same
+    configured count; the policy topic has one (it is a tiny compacted log of current versions).
+    """
+    counts = {t: partitions for t in (REQUESTS, WORKFLOW, RESPONSES, FEEDBACK, DLQ)}
+    counts[POLICY] = 1
+    for provider in sorted(set(providers)):
+        counts[tasks_topic(provider)] = partitions
+    configs = {POLICY: {"cleanup.policy": "compact"}}
+    return counts, configs

@@ -1,0 +1,93 @@
+"""One task, one provider call: retries for what is retryable, bounded by attempts and the deadline."""
+
+from __future__ import annotations
+
+import time
+
+from baton.v1 import common_pb2, tasks_pb2, workflow_pb2
+from opentelemetry.trace import Tracer
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_random_exponential
+
+from baton_platform.config import WorkerConfig
+from baton_executor.providers.base import Provider, ProviderCall, ProviderError, ProviderReply
+from baton_executor.sim import SimProvider
+
+
+def _retryable(e: BaseException) -> bool:
+    return isinstance(e, ProviderError) and e.retryable
+
+
+def _wait(state: RetryCallState) -> float:
+    """Exponential backoff with jitter, but never sooner than the provider's Retry-After."""
+    base = wait_random_exponential(multiplier=0.25, max=10)(state)
+    e = state.outcome.exception() if state.outcome else None
+    hint = e.retry_after_s if isinstance(e, ProviderError) and e.retry_after_s else 0.0
+    return max(base, hint)
+
+
+class StepRunner:
+    def __init__(self, workers: dict[str, Provider], configs: dict[str, WorkerConfig], tracer: Tracer,
+                 provider_name: str, max_attempts: int) -> None:
+        self._workers = workers
+        self._configs = configs
+        self._tracer = tracer
+        self._provider_name = provider_name
+        self._max_attempts = max_attempts
+
+    async def run(self, task: tasks_pb2.Task) -> workflow_pb2.WorkflowEvent:
+        started = time.perf_counter()
+        event = workflow_pb2.WorkflowEvent(request_id=task.request_id)
+        worker = self._configs.get(task.worker)
+        try:
+            if worker is None or task.worker not in self._workers:
+                raise ProviderError(f"worker {task.worker!r} is not served by this executor", retryable=False)
+            reply = await self._call_with_retries(task, worker)
+        except ProviderError as e:
+            event.step_failed.CopyFrom(workflow_pb2.StepFailed(
+                task_id=task.task_id, step=task.step, attempt=task.attempt, worker=task.worker,
+                error=common_pb2.Error(code="provider_error", message=e.reason), retryable=e.retryable,
+                latency_ms=(time.perf_counter() - started) * 1000))
+            return event
+        usage = common_pb2.Usage(input_tokens=reply.input_tokens, output_tokens=reply.output_tokens,
+                                 cost_usd=worker.price.cost(reply.input_tokens, reply.output_tokens), calls=1)
+        event.step_completed.CopyFrom(workflow_pb2.StepCompleted(
+            task_id=task.task_id, step=task.step, attempt=task.attempt, worker=task.worker, output=reply.text,
+            usage=usage, latency_ms=(time.perf_counter() - started) * 1000, model=reply.model))
+        return event
+
+    async def _call_with_retries(self, task: tasks_pb2.Task, worker: WorkerConfig) -> ProviderReply:
+        deadline = task.deadline_unix_ms / 1000 if task.deadline_unix_ms else None
+
+        def out_of_time(state: RetryCallState) -> bool:
+            return deadline is not None and time.time() + _wait(state) >= deadline
+
+        retrying = AsyncRetrying(retry=retry_if_exception(_retryable), wait=_wait, reraise=True,
+                                 stop=stop_after_attempt(self._max_attempts) | out_of_time)
+        async for attempt in retrying:
+            with attempt:
+                return await self._call_once(task, worker, deadline)
+        raise AssertionError("unreachable: tenacity re-raises the last error")
+
+    async def _call_once(self, task: tasks_pb2.Task, worker: WorkerConfig, deadline: float | None) -> ProviderReply:
+        timeout = 60.0 if deadline is None else max(0.1, deadline - time.time())
+        if deadline is not None and deadline <= time.time():
+            raise ProviderError("the request's deadline passed before the call", retryable=False)
+        call = ProviderCall(model=worker.model, messages=[{"role": m.role, "content": m.content} for m in task.messages],
+                            max_tokens=task.max_tokens or None,
+                            temperature=task.temperature if task.HasField("temperature") else None, timeout_s=timeout)
+        # GenAI semantic-convention attributes; prompt and answer text stay off the span.
+        with self._tracer.start_as_current_span(f"chat {worker.model}") as span:
+            span.set_attribute("gen_ai.operation.name", "chat")
+            span.set_attribute("gen_ai.provider.name", self._provider_name)
+            span.set_attribute("gen_ai.request.model", worker.model)
+            span.set_attribute("baton.worker", worker.name)
+            span.set_attribute("baton.task_id", task.task_id)
+            provider = self._workers[task.worker]
+            if isinstance(provider, SimProvider):
+                reply = await provider.complete(call, query=task.query)
+            else:
+                reply = await provider.complete(call)
+            span.set_attribute("gen_ai.response.model", reply.model)
+            span.set_attribute("gen_ai.usage.input_tokens", reply.input_tokens)
+            span.set_attribute("gen_ai.usage.output_tokens", reply.output_tokens)
+            return reply

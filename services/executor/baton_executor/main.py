@@ -1,0 +1,54 @@
+"""An executor process: serves every worker of one provider (`BATON_EXECUTOR__PROVIDER` or --provider)."""
+
+from __future__ import annotations
+
+import argparse
+
+import httpx
+from faststream.asgi import AsgiFastStream
+from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
+from opentelemetry.sdk.trace import TracerProvider
+
+from baton_platform import topics
+from baton_platform.config import PROVIDERS, BatonConfig, load_config
+from baton_platform.http import serve
+from baton_platform.service import Service
+
+from baton_executor.calls import StepRunner
+from baton_executor.handlers import register
+from baton_executor.workers import build_workers
+
+
+def create_app(config: BatonConfig, provider: str, tracer_provider: TracerProvider | None = None) -> AsgiFastStream:
+    service = Service.create(topics.executor_service_name(provider), config, tracer_provider)
+    client = httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=10.0),
+                               limits=httpx.Limits(max_connections=256, max_keepalive_connections=64))
+    HTTPXClientInstrumentor.instrument_client(client, tracer_provider=service.tracer_provider)
+    workers = build_workers(config, provider, client)
+    configs = {w.name: w for w in config.workers if w.provider == provider}
+    runner = StepRunner(workers, configs, service.tracer_provider.get_tracer("baton.executor"), provider,
+                        config.executor.max_attempts)
+    register(service, provider, runner)
+
+    async def close() -> None:
+        for w in workers.values():
+            await w.aclose()
+        await client.aclose()
+
+    return service.asgi_app(on_shutdown=[close])
+
+
+def run() -> None:
+    parser = argparse.ArgumentParser(description="Baton executor for one provider")
+    parser.add_argument("--provider", choices=PROVIDERS, help="defaults to executor.provider in the config")
+    parser.add_argument("--port", type=int, help="HTTP port for health and metrics (defaults to executor.port)")
+    args = parser.parse_args()
+    config = load_config()
+    provider = args.provider or config.executor.provider
+    if provider is None:
+        parser.error("say which provider this executor serves: --provider or BATON_EXECUTOR__PROVIDER")
+    serve(create_app(config, provider), config.executor.host, args.port if args.port is not None else config.executor.port)
+
+
+if __name__ == "__main__":
+    run()

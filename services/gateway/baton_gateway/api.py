@@ -1,0 +1,148 @@
+"""The OpenAI-compatible HTTP surface: request validation and response bodies. No Kafka here."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Literal
+
+from baton.v1 import responses_pb2
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+DEFAULT_POLICY = "baton"
+
+
+class ApiError(Exception):
+    """An OpenAI-style error: status, message, type, and the offending parameter if any."""
+
+    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error", param: str | None = None,
+                 code: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["text"]
+    text: str
+
+
+class MessageIn(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(p.text for p in self.content)
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    include_usage: bool = False
+
+
+class ChatCompletionRequest(BaseModel):
+    # Unknown OpenAI parameters are accepted and ignored, as most compatible servers do.
+    model_config = ConfigDict(extra="ignore")
+    model: str = Field(min_length=1)
+    messages: list[MessageIn]
+    max_tokens: int | None = Field(default=None, gt=0)
+    max_completion_tokens: int | None = Field(default=None, gt=0)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    metadata: dict[str, str] | None = None
+    n: int = Field(default=1, ge=1, le=1, description="Baton answers with one choice.")
+
+    @field_validator("messages")
+    @classmethod
+    def _not_empty(cls, messages: list[MessageIn]) -> list[MessageIn]:
+        if not messages:
+            raise ValueError("messages must hold at least one message")
+        if not any(m.role == "user" and m.text().strip() for m in messages):
+            raise ValueError("messages must include a non-empty user message")
+        return messages
+
+
+def parse_chat_request(raw: bytes, known_models: set[str]) -> ChatCompletionRequest:
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ApiError(400, f"the request body is not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    try:
+        req = ChatCompletionRequest.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        param = ".".join(str(p) for p in first["loc"]) or None
+        raise ApiError(400, f"invalid request: {param}: {first['msg']}", param=param) from None
+    if req.model not in known_models:
+        raise ApiError(400, f"the model {req.model!r} does not exist; available: {', '.join(sorted(known_models))}",
+                       param="model", code="model_not_found")
+    return req
+
+
+def workflow_summary(episode: responses_pb2.Episode) -> dict[str, Any]:
+    """The workflow facts a client may want: plan, per-step worker, tokens, cost, latency."""
+    return {
+        "plan": {
+            "backend": episode.plan.backend,
+            "fallback": episode.plan.fallback,
+            "steps": [{"worker": s.worker, "instruction": s.instruction,
+                       "access": "all" if s.access.all else list(s.access.steps)} for s in episode.plan.steps],
+        },
+        "steps": [{"step": s.step, "worker": s.worker, "model": s.model, "attempt": s.attempt,
+                   "input_tokens": s.usage.input_tokens, "output_tokens": s.usage.output_tokens,
+                   "cost_usd": s.usage.cost_usd, "latency_ms": round(s.latency_ms, 1),
+                   **({"error": s.error.message} if s.error.code else {})} for s in episode.steps],
+        "cost_usd": episode.total.cost_usd,
+        "calls": episode.total.calls,
+        "latency_ms": round(episode.latency_ms, 1),
+    }
+
+
+def completion_body(request_id: str, model: str, response: responses_pb2.Response) -> dict[str, Any]:
+    total = response.episode.total
+    return {
+        "id": f"chatcmpl-{request_id}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": response.answer},
+                     "finish_reason": "stop", "logprobs": None}],
+        "usage": usage_body(total),
+        "baton": {"request_id": request_id, **workflow_summary(response.episode)},
+    }
+
+
+def usage_body(total) -> dict[str, int]:
+    return {"prompt_tokens": total.input_tokens, "completion_tokens": total.output_tokens,
+            "total_tokens": total.input_tokens + total.output_tokens}
+
+
+def stream_chunks(request_id: str, model: str, response: responses_pb2.Response, include_usage: bool) -> list[dict]:
+    """OpenAI chat.completion.chunk objects for a finished answer."""
+    base = {"id": f"chatcmpl-{request_id}", "object": "chat.completion.chunk", "created": int(time.time()),
+            "model": model}
+    chunks = [
+        {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]},
+        {**base, "choices": [{"index": 0, "delta": {"content": response.answer}, "finish_reason": None}]},
+        {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+    ]
+    if include_usage:
+        chunks.append({**base, "choices": [], "usage": usage_body(response.episode.total)})
+    return chunks
+
+
+def summary_header(response: responses_pb2.Response) -> str:
+    ep = response.episode
+    workers = ",".join(s.worker for s in ep.plan.steps)
+    return f"steps={len(ep.plan.steps)}; workers={workers}; cost_usd={ep.total.cost_usd:.6f}"

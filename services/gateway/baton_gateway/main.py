@@ -1,0 +1,180 @@
+"""The gateway: Baton's only HTTP ingress, OpenAI-compatible."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import os
+import time
+import uuid
+
+from baton.v1 import common_pb2, requests_pb2, responses_pb2
+from faststream import AckPolicy
+from faststream.kafka import KafkaMessage
+from opentelemetry import propagate, trace
+from opentelemetry.sdk.trace import TracerProvider
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from baton_platform import topics
+from baton_platform.config import BatonConfig, load_config
+from baton_platform.http import broker_ready, live_endpoint, metrics_endpoint, ready_endpoint, serve
+from baton_platform.kafka import consumer_options, make_broker
+from baton_platform.messages import DeadLetters, PoisonMessage, decode, encode
+from baton_platform.telemetry import setup_tracing
+
+from baton_gateway.api import (DEFAULT_POLICY, ApiError, completion_body, parse_chat_request, stream_chunks,
+                               summary_header)
+from baton_gateway.replies import Replies
+
+SERVICE_NAME = "baton-gateway"
+
+
+def _api_keys() -> set[str]:
+    return {k.strip() for k in os.environ.get("BATON_API_KEYS", "").split(",") if k.strip()}
+
+
+def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = None) -> Starlette:
+    tracer_provider = tracer_provider if tracer_provider is not None else setup_tracing(SERVICE_NAME)
+    tracer = tracer_provider.get_tracer("baton.gateway")
+    broker = make_broker(config.kafka, client_id=SERVICE_NAME, tracer_provider=tracer_provider)
+    registry = CollectorRegistry()
+    dead_letters = DeadLetters(broker, SERVICE_NAME)
+    replies = Replies()
+    gw = config.gateway
+    api_keys = _api_keys()
+    models = {DEFAULT_POLICY}
+
+    requests_total = Counter("baton_gateway_requests", "Chat requests", ["status"], registry=registry)
+    latency = Histogram("baton_gateway_request_seconds", "End-to-end request latency", registry=registry,
+                        buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120))
+    Gauge("baton_gateway_waiting", "Requests waiting for an answer", registry=registry).set_function(
+        lambda: replies.waiting)
+
+    @broker.subscriber(topics.RESPONSES, group_id=topics.GROUP_GATEWAY, listener=replies,
+                       ack_policy=AckPolicy.ACK_FIRST, **{**consumer_options(config.kafka), "auto_offset_reset": "latest"})
+    async def on_response(msg: KafkaMessage) -> None:
+        try:
+            response = decode(responses_pb2.Response, msg.body)
+        except PoisonMessage as e:
+            await dead_letters.send(msg, str(e))
+            return
+        replies.deliver(response)
+
+    def authorize(request: Request) -> None:
+        if not api_keys:
+            return
+        header = request.headers.get("authorization", "")
+        token = header[7:].strip() if header.lower().startswith("bearer ") else ""
+        if not any(hmac.compare_digest(token.encode(), k.encode()) for k in api_keys):
+            raise ApiError(401, "missing or invalid API key: send 'Authorization: Bearer <key>'",
+                           type="authentication_error", code="invalid_api_key")
+
+    async def read_body(request: Request) -> bytes:
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > gw.max_body_bytes:
+            raise ApiError(413, f"the request body is larger than {gw.max_body_bytes} bytes")
+        body = bytearray()
+        async for chunk in request.stream():
+            body.extend(chunk)
+            if len(body) > gw.max_body_bytes:
+                raise ApiError(413, f"the request body is larger than {gw.max_body_bytes} bytes")
+        return bytes(body)
+
+    async def chat_completions(request: Request) -> Response:
+        started = time.perf_counter()
+        with tracer.start_as_current_span("POST /v1/chat/completions", kind=trace.SpanKind.SERVER,
+                                          context=propagate.extract(request.headers)) as span:
+            try:
+                authorize(request)
+                req = parse_chat_request(await read_body(request), models)
+                if len(req.messages) > gw.max_messages:
+                    raise ApiError(400, f"at most {gw.max_messages} messages are accepted", param="messages")
+                partition = replies.reply_partition()
+                if partition is None:
+                    raise ApiError(503, "the gateway is not ready yet; retry shortly", type="service_unavailable")
+                request_id = uuid.uuid4().hex
+                span.set_attribute("baton.request_id", request_id)
+                now_ms = int(time.time() * 1000)
+                msg = requests_pb2.ChatRequest(
+                    request_id=request_id, policy=req.model,
+                    messages=[common_pb2.ChatMessage(role="system" if m.role == "developer" else m.role,
+                                                     content=m.text()) for m in req.messages],
+                    max_tokens=req.max_completion_tokens or req.max_tokens or 0,
+                    metadata=req.metadata or {}, created_unix_ms=now_ms,
+                    deadline_unix_ms=now_ms + int(gw.request_timeout_s * 1000), reply_partition=partition)
+                if req.temperature is not None:
+                    msg.temperature = req.temperature
+                waiter = replies.expect(request_id)
+                try:
+                    await broker.publish(encode(msg), topics.REQUESTS, key=request_id.encode())
+                    response = await asyncio.wait_for(waiter, gw.request_timeout_s)
+                except asyncio.TimeoutError:
+                    raise ApiError(504, f"no answer within {gw.request_timeout_s:g} s (request {request_id})",
+                                   type="timeout", code="timeout") from None
+                finally:
+                    replies.abandon(request_id)
+                if response.WhichOneof("outcome") == "error":
+                    raise ApiError(502, f"the workflow failed: {response.error.message} (request {request_id})",
+                                   type="upstream_error", code=response.error.code)
+            except ApiError as e:
+                requests_total.labels(str(e.status)).inc()
+                span.set_attribute("http.response.status_code", e.status)
+                return JSONResponse(e.body(), status_code=e.status)
+            span.set_attribute("http.response.status_code", 200)
+            requests_total.labels("200").inc()
+            latency.observe(time.perf_counter() - started)
+            headers = {"x-baton-request-id": request_id, "x-baton-workflow": summary_header(response)}
+            if req.stream:
+                include_usage = bool(req.stream_options and req.stream_options.include_usage)
+                chunks = stream_chunks(request_id, req.model, response, include_usage)
+
+                async def sse():
+                    for c in chunks:
+                        yield f"data: {json.dumps(c)}\n\n"
+                    yield "data: [DONE]\n\n"
+
+                return StreamingResponse(sse(), media_type="text/event-stream", headers=headers)
+            return JSONResponse(completion_body(request_id, req.model, response), headers=headers)
+
+    async def list_models(request: Request) -> Response:
+        try:
+            authorize(request)
+        except ApiError as e:
+            return JSONResponse(e.body(), status_code=e.status)
+        return JSONResponse({"object": "list", "data": [
+            {"id": m, "object": "model", "created": 0, "owned_by": "baton"} for m in sorted(models)]})
+
+    async def replies_ready() -> str | None:
+        return None if replies.ready else "no partition of baton.responses assigned yet"
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        await broker.start()
+        try:
+            yield
+        finally:
+            await broker.stop()
+            tracer_provider.force_flush(5000)
+
+    return Starlette(routes=[
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/models", list_models, methods=["GET"]),
+        Route("/health/live", live_endpoint(), methods=["GET"]),
+        Route("/health/ready", ready_endpoint([lambda: broker_ready(broker), replies_ready]), methods=["GET"]),
+        Route("/metrics", metrics_endpoint(registry), methods=["GET"]),
+    ], lifespan=lifespan)
+
+
+def run() -> None:
+    config = load_config()
+    serve(create_app(config), config.gateway.host, config.gateway.port)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,106 @@
+"""The episode dataset: one Parquet row per response, files named by the records they hold.
+
+Layout: `<dir>/date=YYYY-MM-DD/baton.responses-p<partition>-<first offset>-<last offset>.parquet`.
+A file is written to a temporary name, synced, then renamed, so a reader never sees half a file.
+When a partition is re-read after a crash, the new file starts at the same offset as the one
+written before the crash and replaces it, so the dataset never holds a record twice.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from baton.v1 import responses_pb2
+from google.protobuf.json_format import MessageToDict
+
+STEP = pa.struct([
+    ("step", pa.int32()), ("worker", pa.string()), ("model", pa.string()), ("attempt", pa.int32()),
+    ("instruction", pa.string()), ("output", pa.string()), ("input_tokens", pa.int64()),
+    ("output_tokens", pa.int64()), ("cost_usd", pa.float64()), ("latency_ms", pa.float64()),
+    ("error", pa.string()),
+])
+
+SCHEMA = pa.schema([
+    ("request_id", pa.string()), ("policy", pa.string()), ("created_unix_ms", pa.int64()),
+    ("completed_unix_ms", pa.int64()), ("query", pa.string()), ("messages_json", pa.string()),
+    ("metadata_json", pa.string()), ("plan_backend", pa.string()), ("plan_policy_version", pa.string()),
+    ("plan_fallback", pa.bool_()), ("plan_invalid_reason", pa.string()), ("plan_json", pa.string()),
+    ("plan_token_logprobs", pa.list_(pa.float32())), ("plan_propensity", pa.float64()),
+    ("steps", pa.list_(STEP)), ("answer", pa.string()), ("error_code", pa.string()), ("error_message", pa.string()),
+    ("input_tokens", pa.int64()), ("output_tokens", pa.int64()), ("cost_usd", pa.float64()), ("calls", pa.int32()),
+    ("latency_ms", pa.float64()), ("source_partition", pa.int32()), ("source_offset", pa.int64()),
+])
+
+
+@dataclass(frozen=True)
+class Record:
+    partition: int
+    offset: int
+    response: responses_pb2.Response
+
+
+def episode_row(rec: Record) -> dict:
+    r, ep = rec.response, rec.response.episode
+    req = ep.request
+    query = next((m.content for m in reversed(req.messages) if m.role == "user"), "")
+    return {
+        "request_id": r.request_id, "policy": req.policy, "created_unix_ms": req.created_unix_ms,
+        "completed_unix_ms": r.completed_unix_ms, "query": query,
+        "messages_json": json.dumps([{"role": m.role, "content": m.content} for m in req.messages]),
+        "metadata_json": json.dumps(dict(req.metadata), sort_keys=True),
+        "plan_backend": ep.plan.backend, "plan_policy_version": ep.plan.policy_version,
+        "plan_fallback": ep.plan.fallback, "plan_invalid_reason": ep.plan.invalid_reason,
+        "plan_json": json.dumps(MessageToDict(ep.plan, preserving_proto_field_name=True).get("steps", [])),
+        "plan_token_logprobs": list(ep.plan.token_logprobs), "plan_propensity": ep.plan.propensity,
+        "steps": [{"step": s.step, "worker": s.worker, "model": s.model, "attempt": s.attempt,
+                   "instruction": s.instruction, "output": s.output, "input_tokens": s.usage.input_tokens,
+                   "output_tokens": s.usage.output_tokens, "cost_usd": s.usage.cost_usd,
+                   "latency_ms": s.latency_ms, "error": s.error.message or None} for s in ep.steps],
+        "answer": r.answer if r.WhichOneof("outcome") == "answer" else None,
+        "error_code": r.error.code or None, "error_message": r.error.message or None,
+        "input_tokens": ep.total.input_tokens, "output_tokens": ep.total.output_tokens,
+        "cost_usd": ep.total.cost_usd, "calls": ep.total.calls, "latency_ms": ep.latency_ms,
+        "source_partition": rec.partition, "source_offset": rec.offset,
+    }
+
+
+class EpisodeWriter:
+    def __init__(self, root: Path, topic: str) -> None:
+        self.root = root
+        self.topic = topic
+
+    def write(self, partition: int, records: list[Record]) -> Path:
+        """Durably write one partition's contiguous run of records; return the file."""
+        first, last = records[0].offset, records[-1].offset
+        stamp = records[0].response.completed_unix_ms or records[0].response.episode.request.created_unix_ms
+        day = dt.datetime.fromtimestamp(stamp / 1000, dt.timezone.utc).date().isoformat()
+        folder = self.root / f"date={day}"
+        folder.mkdir(parents=True, exist_ok=True)
+        final = folder / f"{self.topic}-p{partition}-{first:012d}-{last:012d}.parquet"
+        tmp = folder / f".{final.name}.tmp"
+        table = pa.Table.from_pylist([episode_row(r) for r in records], schema=SCHEMA)
+        pq.write_table(table, tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        self._drop_replaced(partition, first, last, keep=final)
+        os.replace(tmp, final)
+        dir_fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+        return final
+
+    def _drop_replaced(self, partition: int, first: int, last: int, keep: Path) -> None:
+        # Files from before a crash that start inside this run hold records this file now has (or
+        # that the rest of the re-read will write again): remove them so no record is kept twice.
+        for old in self.root.glob(f"date=*/{self.topic}-p{partition}-*.parquet"):
+            start = int(old.stem.split("-")[-2])
+            if old != keep and first <= start <= last:
+                old.unlink()

@@ -1,0 +1,50 @@
+"""Kafka wiring of the router: baton.requests in, WorkflowPlanned out on baton.workflow."""
+
+from __future__ import annotations
+
+import time
+
+from baton.v1 import requests_pb2, workflow_pb2
+from faststream import AckPolicy
+from faststream.kafka import KafkaMessage
+from opentelemetry import trace
+from prometheus_client import Counter, Histogram
+
+from baton_platform import topics
+from baton_platform.kafka import consumer_options
+from baton_platform.messages import PoisonMessage, decode, encode
+from baton_platform.service import Service
+
+from baton_router.planning import Planner
+
+
+def register(service: Service, planner: Planner) -> None:
+    plans = Counter("baton_plans", "Plans published", ["backend", "outcome"], registry=service.registry)
+    latency = Histogram("baton_planning_seconds", "Time to plan one request", registry=service.registry)
+    tracer = service.tracer_provider.get_tracer("baton.router")
+
+    @service.broker.subscriber(topics.REQUESTS, group_id=topics.GROUP_ROUTER, ack_policy=AckPolicy.ACK,
+                               **consumer_options(service.config.kafka))
+    async def on_request(msg: KafkaMessage) -> None:
+        try:
+            request = decode(requests_pb2.ChatRequest, msg.body)
+            if not request.request_id:
+                raise PoisonMessage("ChatRequest without request_id")
+        except PoisonMessage as e:
+            await service.dead_letters.send(msg, str(e))
+            return
+        started = time.perf_counter()
+        with tracer.start_as_current_span("plan") as span:
+            result = await planner.plan(request)
+            span.set_attribute("baton.request_id", request.request_id)
+            span.set_attribute("baton.plan.steps", len(result.plan.steps))
+            span.set_attribute("baton.plan.valid", result.valid)
+            span.set_attribute("baton.plan.backend", planner.backend_name)
+        latency.observe(time.perf_counter() - started)
+        plans.labels(planner.backend_name, "valid" if result.valid else "fallback").inc()
+        event = workflow_pb2.WorkflowEvent(
+            request_id=request.request_id,
+            planned=workflow_pb2.WorkflowPlanned(request=request, plan=result.plan,
+                                                 planned_unix_ms=int(time.time() * 1000)),
+        )
+        await service.broker.publish(encode(event), topics.WORKFLOW, key=request.request_id.encode())

@@ -1,0 +1,162 @@
+"""Kafka wiring of the synthesizer: baton.workflow in; tasks and responses out.
+
+Crash safety: a partition's offset is committed only up to the oldest workflow still running on it.
+After a restart or rebalance the new owner re-reads from there, folding the history into state
+without acting on it, then, once it reaches the end it found, resumes every unfinished workflow:
+steps already completed are not run again, missing ones are dispatched with the same task ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from aiokafka import ConsumerRebalanceListener, TopicPartition
+from baton.v1 import workflow_pb2
+from faststream import AckPolicy
+from faststream.kafka import KafkaMessage
+from opentelemetry import context as otel_context
+from prometheus_client import Counter, Gauge
+
+from baton_platform import topics
+from baton_platform.kafka import consumer_options
+from baton_platform.messages import PoisonMessage, decode, encode
+from baton_platform.offsets import CommitPacer, OffsetTracker
+from baton_platform.service import Service
+
+from baton_synthesizer.workflows import Action, Dispatch, Finish, Run, Workflows
+
+log = logging.getLogger(__name__)
+
+
+class _Rebalance(ConsumerRebalanceListener):
+    def __init__(self, owner: "SynthesizerWiring") -> None:
+        self._owner = owner
+
+    async def on_partitions_revoked(self, revoked) -> None:
+        await self._owner.revoked(set(revoked))
+
+    async def on_partitions_assigned(self, assigned) -> None:
+        return None
+
+
+class SynthesizerWiring:
+    def __init__(self, service: Service, workflows: Workflows) -> None:
+        self.service = service
+        self.workflows = workflows
+        self.tracker = OffsetTracker()
+        self.pacer = CommitPacer(self.tracker)
+        # Per partition: the end offset found when it was assigned; records before it are history.
+        self._catchup_end: dict[TopicPartition, int] = {}
+        self._task: asyncio.Task | None = None
+        reg = service.registry
+        self._responses = Counter("baton_responses", "Responses published", ["outcome"], registry=reg)
+        self._dispatched = Counter("baton_steps_dispatched", "Steps dispatched", ["provider"], registry=reg)
+        self._running = Gauge("baton_workflows_running", "Workflows in progress", registry=reg)
+
+    def register(self) -> None:
+        @self.service.broker.subscriber(topics.WORKFLOW, group_id=topics.GROUP_SYNTHESIZER,
+                                        ack_policy=AckPolicy.MANUAL, listener=_Rebalance(self),
+                                        **consumer_options(self.service.config.kafka))
+        async def on_event(msg: KafkaMessage) -> None:
+            await self.handle(msg)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def start_timers(self) -> None:
+        self._task = asyncio.create_task(self._watch())
+
+    async def stop_timers(self) -> None:
+        if self._task:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.pacer.maybe_commit(force=True)
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(0.25)
+            try:
+                for run, actions in self.workflows.expired():
+                    await self._execute(run, actions)
+                await self.pacer.maybe_commit()
+            except Exception:  # noqa: BLE001 - the watchdog must outlive a failed publish
+                log.exception("synthesizer watchdog")
+
+    async def revoked(self, tps: set[TopicPartition]) -> None:
+        await self.pacer.maybe_commit(force=True)
+        for rid, run in list(self.workflows.runs.items()):
+            if run.origin[0] in tps:
+                self.workflows.forget(rid)
+        self.tracker.forget(tps)
+        for tp in tps:
+            self._catchup_end.pop(tp, None)
+        self._running.set(len(self.workflows.runs))
+
+    # -- records -------------------------------------------------------------------------------
+
+    async def handle(self, msg: KafkaMessage) -> None:
+        raw = msg.raw_message
+        tp = TopicPartition(raw.topic, raw.partition)
+        self.tracker.begin(tp, raw.offset)
+        if tp not in self._catchup_end:
+            self._catchup_end[tp] = msg.consumer.highwater(tp) or 0
+        replaying = raw.offset + 1 < self._catchup_end[tp]
+        try:
+            event = decode(workflow_pb2.WorkflowEvent, msg.body)
+            run = self._fold(event, tp, raw.offset)
+        except PoisonMessage as e:
+            await self.service.dead_letters.send(msg, str(e))
+            run = None
+        if run is None or not run.origin == (tp, raw.offset):
+            self.tracker.finish(tp, raw.offset)  # only a plan keeps its partition's commit back
+        if not replaying:
+            if self._catchup_end[tp] > 0:
+                self._catchup_end[tp] = 0
+                await self._resume(tp)
+            elif run is not None:
+                await self._execute(run, self.workflows.advance(run))
+        self._running.set(len(self.workflows.runs))
+        await self.pacer.maybe_commit(msg.consumer)
+
+    def _fold(self, event: workflow_pb2.WorkflowEvent, tp: TopicPartition, offset: int) -> Run | None:
+        kind = event.WhichOneof("event")
+        if kind == "planned":
+            if not event.planned.request.request_id or not event.planned.plan.steps:
+                raise PoisonMessage("WorkflowPlanned without a request id or without steps")
+            return self.workflows.on_planned(event.planned, origin=(tp, offset),
+                                             trace_context=otel_context.get_current())
+        if kind == "step_completed":
+            return self.workflows.on_completed(event.request_id, event.step_completed)
+        if kind == "step_failed":
+            return self.workflows.on_failed(event.request_id, event.step_failed)
+        raise PoisonMessage("WorkflowEvent with no event set")
+
+    async def _resume(self, tp: TopicPartition) -> None:
+        resumed = [r for r in self.workflows.runs.values() if r.origin[0] == tp and not r.finished]
+        if resumed:
+            log.info("resuming %d workflow(s) on %s", len(resumed), tp)
+        for run in resumed:
+            await self._execute(run, self.workflows.advance(run))
+
+    async def _execute(self, run: Run, actions: list[Action]) -> None:
+        # Act inside the trace the workflow started in, whatever record or timer triggered it.
+        token = otel_context.attach(run.trace_context) if run.trace_context is not None else None
+        try:
+            for action in actions:
+                if isinstance(action, Dispatch):
+                    await self.service.broker.publish(encode(action.task), topics.tasks_topic(action.provider),
+                                                      key=action.task.request_id.encode())
+                    self._dispatched.labels(action.provider).inc()
+                elif isinstance(action, Finish):
+                    await self.service.broker.publish(encode(action.response), topics.RESPONSES,
+                                                      key=action.response.request_id.encode(),
+                                                      partition=action.reply_partition)
+                    self._responses.labels(action.response.WhichOneof("outcome")).inc()
+                    tp, offset = run.origin
+                    self.tracker.finish(tp, offset)
+                    self.workflows.forget(run.request.request_id)
+        finally:
+            if token is not None:
+                otel_context.detach(token)

@@ -1,0 +1,31 @@
+"""The synthesizer service: runs every planned workflow to an answer."""
+
+from __future__ import annotations
+
+from faststream.asgi import AsgiFastStream
+from opentelemetry.sdk.trace import TracerProvider
+
+from baton_platform.config import BatonConfig, load_config
+from baton_platform.http import serve
+from baton_platform.service import Service
+
+from baton_synthesizer.handlers import SynthesizerWiring
+from baton_synthesizer.workflows import Workflows
+
+SERVICE_NAME = "baton-synthesizer"
+
+
+def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = None) -> AsgiFastStream:
+    service = Service.create(SERVICE_NAME, config, tracer_provider)
+    wiring = SynthesizerWiring(service, Workflows(config))
+    wiring.register()
+    return service.asgi_app(after_startup=[wiring.start_timers], on_shutdown=[wiring.stop_timers])
+
+
+def run() -> None:
+    config = load_config()
+    serve(create_app(config), config.synthesizer.host, config.synthesizer.port)
+
+
+if __name__ == "__main__":
+    run()

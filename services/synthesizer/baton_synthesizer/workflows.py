@@ -1,0 +1,190 @@
+"""Workflow execution as a state machine: events in, actions out. Knows nothing of Kafka.
+
+A step is dispatched once every step its access list names is done; its context holds exactly those
+steps. The answer is the last step's output once all steps are done. A step that fails (after its
+executor's retries, and after the worker's fallback if one is configured) or is not answered in time
+ends the request with a clear error, never a hang.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from baton.v1 import common_pb2, requests_pb2, responses_pb2, tasks_pb2, workflow_pb2
+from baton_platform.config import BatonConfig
+from baton_workflow import Plan, from_proto, query_text, ready_steps, step_messages
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    provider: str
+    task: tasks_pb2.Task
+
+
+@dataclass(frozen=True)
+class Finish:
+    response: responses_pb2.Response
+    reply_partition: int
+
+
+Action = Dispatch | Finish
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class Run:
+    request: requests_pb2.ChatRequest
+    plan_proto: workflow_pb2.Plan
+    plan: Plan
+    started_ms: int
+    # Opaque to this module: the Kafka layer keeps where the run began and its trace context here.
+    origin: Any = None
+    trace_context: Any = None
+    started: set[int] = field(default_factory=set)
+    done: dict[int, workflow_pb2.StepCompleted] = field(default_factory=dict)
+    workers: dict[int, str] = field(default_factory=dict)
+    attempts: dict[int, int] = field(default_factory=dict)
+    dispatched_ms: dict[int, int] = field(default_factory=dict)
+    errors: dict[int, common_pb2.Error] = field(default_factory=dict)
+    finished: bool = False
+
+    @property
+    def conversation(self) -> list[dict[str, str]]:
+        return [{"role": m.role, "content": m.content} for m in self.request.messages]
+
+
+class Workflows:
+    def __init__(self, config: BatonConfig, clock: Callable[[], int] = _now_ms) -> None:
+        self._config = config
+        self._clock = clock
+        self._step_timeout_ms = int(config.synthesizer.step_timeout_s * 1000)
+        self.runs: dict[str, Run] = {}
+
+    # -- events --------------------------------------------------------------------------------
+
+    def on_planned(self, planned: workflow_pb2.WorkflowPlanned, origin: Any = None, trace_context: Any = None) -> Run | None:
+        """Start a run (a redelivered plan for a known run is ignored). Returns the new run."""
+        rid = planned.request.request_id
+        if rid in self.runs:
+            return None
+        run = Run(request=planned.request, plan_proto=planned.plan, plan=from_proto(planned.plan),
+                  started_ms=self._clock(), origin=origin, trace_context=trace_context)
+        self.runs[rid] = run
+        return run
+
+    def on_completed(self, request_id: str, completed: workflow_pb2.StepCompleted) -> Run | None:
+        run = self.runs.get(request_id)
+        if run is None or run.finished or completed.step in run.done or completed.step not in run.started:
+            return None  # a duplicate or a late answer: the first result stands
+        if completed.attempt != run.attempts.get(completed.step):
+            return None  # an answer to an attempt that was superseded (e.g. by a fallback)
+        run.done[completed.step] = completed
+        return run
+
+    def on_failed(self, request_id: str, failed: workflow_pb2.StepFailed) -> Run | None:
+        run = self.runs.get(request_id)
+        if run is None or run.finished or failed.step in run.done or failed.attempt != run.attempts.get(failed.step):
+            return None
+        run.errors[failed.step] = failed.error
+        return run
+
+    # -- decisions -----------------------------------------------------------------------------
+
+    def advance(self, run: Run) -> list[Action]:
+        """Everything the run needs now: failed steps retried on a fallback or the request ended,
+        ready steps dispatched, or the answer once every step is done."""
+        if run.finished:
+            return []
+        for step, error in sorted(run.errors.items()):
+            fallback = self._config.worker(run.workers[step]).fallback
+            if fallback and fallback != run.workers[step] and run.attempts[step] < 2:
+                del run.errors[step]
+                return [self._dispatch(run, step, fallback, run.attempts[step] + 1)] + self.advance(run)
+            return [self._finish(run, error=common_pb2.Error(
+                code="step_failed",
+                message=f"step {step + 1} ({run.workers[step]}) failed: {error.message}"))]
+        if len(run.done) == run.plan.steps:
+            return [self._finish(run, answer=run.done[run.plan.steps - 1].output)]
+        return [self._dispatch(run, i, run.plan.workers[i], 1)
+                for i in ready_steps(run.plan, set(run.done), run.started)]
+
+    def expired(self) -> list[tuple[Run, list[Action]]]:
+        """Runs with a step unanswered past the step timeout or past the request's deadline."""
+        now = self._clock()
+        out = []
+        for run in list(self.runs.values()):
+            if run.finished:
+                continue
+            late = [i for i, t in run.dispatched_ms.items() if i not in run.done and now - t > self._step_timeout_ms]
+            if late:
+                i = late[0]
+                error = common_pb2.Error(code="step_timeout", message=(
+                    f"step {i + 1} ({run.workers[i]}) was not answered within "
+                    f"{self._config.synthesizer.step_timeout_s:g} s"))
+            elif run.request.deadline_unix_ms and now > run.request.deadline_unix_ms:
+                error = common_pb2.Error(code="deadline_exceeded", message="the request's deadline passed")
+            else:
+                continue
+            out.append((run, [self._finish(run, error=error)]))
+        return out
+
+    def forget(self, request_id: str) -> None:
+        self.runs.pop(request_id, None)
+
+    # -- building messages ---------------------------------------------------------------------
+
+    def _dispatch(self, run: Run, step: int, worker_name: str, attempt: int) -> Dispatch:
+        worker = self._config.worker(worker_name)
+        outputs = {i: c.output for i, c in run.done.items()}
+        messages = step_messages(run.plan, step, run.conversation, outputs)
+        rid = run.request.request_id
+        task = tasks_pb2.Task(
+            task_id=f"{rid}:{step}:{attempt}",
+            request_id=rid,
+            step=step,
+            attempt=attempt,
+            worker=worker.name,
+            messages=[common_pb2.ChatMessage(**m) for m in messages],
+            max_tokens=run.request.max_tokens,
+            deadline_unix_ms=run.request.deadline_unix_ms,
+            query=query_text(run.conversation),
+        )
+        if run.request.HasField("temperature"):
+            task.temperature = run.request.temperature
+        run.started.add(step)
+        run.workers[step] = worker.name
+        run.attempts[step] = attempt
+        run.dispatched_ms[step] = self._clock()
+        return Dispatch(provider=worker.provider, task=task)
+
+    def _finish(self, run: Run, *, answer: str | None = None, error: common_pb2.Error | None = None) -> Finish:
+        run.finished = True
+        episode = responses_pb2.Episode(request=run.request, plan=run.plan_proto,
+                                        latency_ms=float(self._clock() - run.request.created_unix_ms))
+        total = episode.total
+        for i in sorted(run.started):
+            record = episode.steps.add(step=i, worker=run.workers[i], attempt=run.attempts[i],
+                                       instruction=run.plan.subtasks[i])
+            if i in run.done:
+                c = run.done[i]
+                record.model, record.output, record.latency_ms = c.model, c.output, c.latency_ms
+                record.usage.CopyFrom(c.usage)
+                total.input_tokens += c.usage.input_tokens
+                total.output_tokens += c.usage.output_tokens
+                total.cost_usd += c.usage.cost_usd
+                total.calls += c.usage.calls
+            elif i in run.errors:
+                record.error.CopyFrom(run.errors[i])
+        response = responses_pb2.Response(request_id=run.request.request_id, episode=episode,
+                                          completed_unix_ms=self._clock())
+        if error is not None:
+            response.error.CopyFrom(error)
+        else:
+            response.answer = answer or ""
+        return Finish(response=response, reply_partition=run.request.reply_partition)
