@@ -1,0 +1,48 @@
+# Baton's developer entry points. `make help` lists them.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+UV_VERSION := 0.13.8
+UV := .tools/uv/bin/uv
+PY := .venv/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: help install proto kafka test test-fast demo up down bench clean
+
+help: ## List the targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  %-12s %s\n", $$1, $$2}'
+
+$(UV):
+	$(PYTHON) -m venv .tools/uv
+	.tools/uv/bin/pip install --quiet "uv==$(UV_VERSION)"
+
+.venv/.installed: $(UV) uv.lock pyproject.toml $(wildcard libs/*/pyproject.toml services/*/pyproject.toml)
+	$(UV) sync --locked --all-packages --python $(PYTHON)
+	touch $@
+
+install: .venv/.installed ## Build .venv with every service, the libraries, test tools and the `baton` CLI
+
+proto: install ## Regenerate libs/contracts from proto/baton/v1
+	$(PY) -m grpc_tools.protoc -I proto --python_out=libs/contracts --pyi_out=libs/contracts proto/baton/v1/*.proto
+
+kafka: install ## Download Apache Kafka's jars from Maven Central (cached)
+	$(PY) -m baton_devtools.kafka fetch
+
+test: install kafka ## The whole suite: unit, component, integration and e2e (starts its own Kafka)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: install ## Unit and component tests only (no broker)
+	$(PY) -m pytest -m "not kafka and not e2e" $(PYTEST_ARGS)
+
+demo: install kafka ## Start everything, ask real questions through the gateway, print answers and workflows, stop
+	.venv/bin/baton demo
+
+up: install kafka ## Start Kafka and every service in the background (gateway on 127.0.0.1:8080)
+	.venv/bin/baton up
+
+down: ## Stop everything `make up` started
+	@if [ -x .venv/bin/baton ]; then .venv/bin/baton down; else echo "nothing to stop"; fi
+
+clean: down ## Remove local state (episodes, logs, broker data)
+	rm -rf .baton

@@ -1,0 +1,89 @@
+"""The `baton` command: run the suite locally, and the offline tools."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from baton_platform import topics
+from baton_platform.config import ConfigError, load_config
+
+from baton_devtools import kafka as kafka_harness
+from baton_devtools.stack import REPO_ROOT, Stack, config_path, down
+
+RUN_DIR = Path(os.environ.get("BATON_RUN_DIR") or REPO_ROOT / ".baton" / "run")
+
+
+def cmd_up(args) -> int:
+    if (RUN_DIR / "stack.json").exists():
+        print(f"a stack is already running (see {RUN_DIR / 'stack.json'}); `make down` first", file=sys.stderr)
+        return 1
+    stack = Stack(RUN_DIR, config_file=config_path()).start(detach=True)
+    print(f"Baton is up: OpenAI-compatible API at {stack.base_url} (model 'baton'); "
+          f"Kafka at {stack.bootstrap_servers}; logs in {RUN_DIR / 'logs'}")
+    return 0
+
+
+def cmd_down(args) -> int:
+    print("stopped" if down(RUN_DIR) else "nothing to stop")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from baton_devtools.demo import run_demo
+
+    run_dir = RUN_DIR.parent / "demo"
+    stack = Stack(run_dir, config_file=config_path())
+    print(f"configuration: {stack.config_file}")
+    stack.start()
+    try:
+        run_demo(stack.base_url, stack.config, count=args.questions)
+        print(f"\nepisodes written under {stack.dataset_dir}")
+    finally:
+        stack.stop()
+        print("stopped Kafka and every service")
+    return 0
+
+
+def cmd_topics(args) -> int:
+    config = load_config(args.config)
+    counts, configs = topics.topic_plan(config.kafka.partitions, config.providers)
+    kafka_harness.create_topics(config.kafka.bootstrap_servers, counts, config=configs)
+    for name, n in sorted(counts.items()):
+        print(f"{name}: {n} partition(s)")
+    return 0
+
+
+def cmd_check_config(args) -> int:
+    config = load_config(args.config)
+    print(f"ok: {len(config.workers)} workers, providers {', '.join(config.providers)}, "
+          f"conductor {config.conductor.backend}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="baton", description="Baton: LLM workflows over Kafka")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("up", help="start Kafka and every service in the background").set_defaults(fn=cmd_up)
+    sub.add_parser("down", help="stop what `baton up` started").set_defaults(fn=cmd_down)
+    p = sub.add_parser("demo", help="start everything, ask real questions, print answers and workflows, stop")
+    p.add_argument("--questions", type=int, default=8)
+    p.set_defaults(fn=cmd_demo)
+    p = sub.add_parser("topics", help="create the suite's topics on the configured cluster")
+    p.add_argument("--config", default=None, help="defaults to BATON_CONFIG")
+    p.set_defaults(fn=cmd_topics)
+    p = sub.add_parser("check-config", help="validate a configuration file")
+    p.add_argument("--config", default=None, help="defaults to BATON_CONFIG")
+    p.set_defaults(fn=cmd_check_config)
+    args = parser.parse_args(argv)
+    try:
+        return args.fn(args)
+    except ConfigError as e:
+        print(f"baton: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

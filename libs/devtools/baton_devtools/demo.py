@@ -1,0 +1,74 @@
+"""`make demo`: real questions through the gateway with the official OpenAI client, each answer shown
+with the workflow that produced it."""
+
+from __future__ import annotations
+
+import csv
+import re
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import openai
+
+from baton_platform.config import BatonConfig
+
+
+def demo_questions(config: BatonConfig, count: int) -> list[dict[str, str]]:
+    """Questions spread over the first sim worker's matrix (with reference answers when it has them)."""
+    sims = [w for w in config.workers if w.sim is not None]
+    if not sims:
+        return [{"prompt": q, "answer": ""} for q in (
+            "What is 17 * 23?", "Name the largest planet of the solar system.", "What is the capital of Australia?",
+        )][:count]
+    csv.field_size_limit(sys.maxsize)
+    with Path(sims[0].sim.dataset).open(newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    stride = max(1, len(rows) // count)
+    return [{"prompt": r["prompt"], "answer": r.get("answer", ""), "topic": r.get("eval_name", "")}
+            for r in rows[::stride][:count]]
+
+
+def _letter(text: str) -> str:
+    m = re.search(r"\(([A-J])\)", text or "")
+    return m.group(1) if m else ""
+
+
+def run_demo(base_url: str, config: BatonConfig, count: int = 8, api_key: str = "none", out=print) -> dict:
+    client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=120)
+    models = [m.id for m in client.models.list().data]
+    out(f"gateway {base_url} serves models: {', '.join(models)}\n")
+    questions = demo_questions(config, count)
+
+    def ask(q):
+        started = time.perf_counter()
+        r = client.chat.completions.create(model="baton", messages=[{"role": "user", "content": q["prompt"]}],
+                                           metadata={"reference": q["answer"], "grader": "choice"} if q["answer"] else None)
+        return q, r, time.perf_counter() - started
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(ask, questions))
+    right = cost = calls = 0
+    latencies = []
+    for i, (q, r, elapsed) in enumerate(results, 1):
+        info = r.model_extra["baton"]
+        answer = r.choices[0].message.content
+        ok = bool(q["answer"]) and _letter(answer) == q["answer"]
+        right += ok
+        cost += info["cost_usd"]
+        calls += info["calls"]
+        latencies.append(elapsed)
+        prompt = " ".join(q["prompt"].split())
+        out(f"[{i}] {q.get('topic', '')}  {prompt[:110]}{'...' if len(prompt) > 110 else ''}")
+        for s in info["steps"]:
+            out(f"    step {s['step'] + 1}: {s['worker']:<14} {s['model']:<30} tokens {s['input_tokens']:>4} in / "
+                f"{s['output_tokens']:>4} out   ${s['cost_usd']:.6f}   {s['latency_ms']:.0f} ms")
+        mark = ("right" if ok else f"wrong, reference {q['answer']}") if q["answer"] else "no reference"
+        out(f"    answer: {answer}   ({mark}; {elapsed * 1000:.0f} ms end to end)\n")
+    n = len(results)
+    summary = {"questions": n, "right": right, "cost_usd": cost, "calls": calls,
+               "p50_ms": sorted(latencies)[n // 2] * 1000}
+    out(f"summary: {right}/{n} right, {calls / n:.1f} calls per question, ${cost:.6f} in all, "
+        f"median latency {summary['p50_ms']:.0f} ms")
+    return summary

@@ -1,0 +1,45 @@
+"""Shared fixtures: a real Kafka broker for the tiers that need one, and config files built per test."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_CONFIG = REPO / "config" / "baton.yaml"
+ROUTING_DATA = (REPO.parent / "shared" / "data" / "routing").resolve()
+MMLU_PRO = ROUTING_DATA / "mmlu_pro_dev.csv"
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> str:
+    from baton_devtools.kafka import kafka_for_tests
+
+    with kafka_for_tests() as bootstrap:
+        yield bootstrap
+
+
+def default_config_data() -> dict:
+    data = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    for w in data["workers"]:
+        if w.get("sim"):
+            w["sim"]["dataset"] = str(MMLU_PRO)
+    return data
+
+
+@pytest.fixture
+def write_config(tmp_path):
+    """Write a config file from the default one with changes; returns its path."""
+
+    def write(changes: dict | None = None, name: str = "baton.yaml", data: dict | None = None) -> Path:
+        cfg = copy.deepcopy(data if data is not None else default_config_data())
+        for key, value in (changes or {}).items():
+            cfg[key] = value
+        path = tmp_path / name
+        path.write_text(yaml.safe_dump(cfg))
+        return path
+
+    return write

@@ -1,0 +1,190 @@
+"""Every service as its own process on a real Kafka broker, driven with the official OpenAI client."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+import time
+
+import httpx
+import openai
+import pyarrow.dataset as ds
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from baton_devtools.stack import Stack, free_port
+from baton_platform import topics
+from conftest import MMLU_PRO, default_config_data
+from e2e.otlp import OtlpReceiver
+
+pytestmark = [pytest.mark.e2e, pytest.mark.kafka]
+
+
+def wait_for(predicate, timeout=30.0, interval=0.3):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    return predicate()
+
+
+@pytest.fixture(scope="module")
+def standin():
+    """An OpenAI-compatible server (speaking the real wire format) that echoes what it was sent."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "baton_devtools.standins", "openai", "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    assert wait_for(lambda: proc.poll() is None and _up(url + "/_standin/stats"), 20), "stand-in did not start"
+    yield url + "/v1"
+    proc.terminate()
+    proc.wait(10)
+
+
+def _up(url):
+    try:
+        return httpx.get(url, timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def stack(kafka_bootstrap, standin, tmp_path_factory):
+    receiver = OtlpReceiver()
+    data = default_config_data()
+    data["workers"].append({"name": "local-llm", "provider": "openai_compatible", "model": "local-model",
+                            "base_url": standin, "card": "A local OpenAI-compatible server."})
+    data["conductor"]["plan"] = {
+        "workers": ["gemini-flash", "llama-70b", "local-llm"],
+        "subtasks": ["Solve it.", "Solve it independently.", "Check the first draft and answer."],
+        "access": [[], [], [0]],
+    }
+    data["kafka"] = {"partitions": 4, "session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
+    run_dir = tmp_path_factory.mktemp("stack")
+    cfg = run_dir / "baton.yaml"
+    import yaml
+
+    cfg.write_text(yaml.safe_dump(data))
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+           "OTEL_BSP_SCHEDULE_DELAY": "200"}
+    st = Stack(run_dir, config_file=cfg, gateway_port=free_port(), bootstrap_servers=kafka_bootstrap, env=env)
+    st.start(echo=lambda *_: None)
+    st.receiver = receiver
+    yield st
+    st.stop()
+    receiver.close()
+
+
+@pytest.fixture
+def client(stack):
+    return openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0, timeout=60)
+
+
+def first_question():
+    csv.field_size_limit(sys.maxsize)
+    with MMLU_PRO.open(newline="") as f:
+        return next(csv.DictReader(f))
+
+
+def test_an_answer_comes_back_through_every_service_in_one_trace(stack, client):
+    row = first_question()
+    raw = client.chat.completions.with_raw_response.create(
+        model="baton", messages=[{"role": "user", "content": row["prompt"]}])
+    completion = raw.parse()
+    request_id = raw.headers["x-baton-request-id"]
+    assert "steps=3" in raw.headers["x-baton-workflow"]
+    answer = completion.choices[0].message.content
+    # The last step (the local server) saw its instruction and step 1's output, which is the sim
+    # worker's recorded answer for this question; it never saw step 2's.
+    flash = f"The answer is ({row['gemini-1.5-flash-002|answer']})."
+    assert answer.startswith("[local-model] saw:")
+    assert "Check the first draft and answer." in answer and flash in answer
+    assert "Solve it independently." not in answer
+    info = completion.model_extra["baton"]
+    assert [s["worker"] for s in info["steps"]] == ["gemini-flash", "llama-70b", "local-llm"]
+    assert info["calls"] == 3 and info["cost_usd"] > 0
+    assert completion.usage.total_tokens == sum(s["input_tokens"] + s["output_tokens"] for s in info["steps"])
+
+    wanted = {"baton-gateway", "baton-router", "baton-synthesizer", "baton-executor-sim",
+              "baton-executor-openai_compatible", "baton-reward-logger"}
+
+    def trace_of_request():
+        ids = {s["trace_id"] for s in stack.receiver.spans
+               if s["attributes"].get("baton.request_id") and s["attributes"]["baton.request_id"].string_value == request_id}
+        return [t for t in ids if wanted <= stack.receiver.services_by_trace()[t]]
+
+    assert wait_for(trace_of_request, 20), (
+        f"no trace spans all services; seen: {dict(stack.receiver.services_by_trace())}")
+    (trace_id,) = trace_of_request()
+    names = {(s["service"], s["name"]) for s in stack.receiver.spans if s["trace_id"] == trace_id}
+    assert ("baton-executor-openai_compatible", "POST") in names or any(
+        svc == "baton-executor-openai_compatible" and n.startswith("POST") for svc, n in names), names
+
+    def episode():
+        try:
+            rows = ds.dataset(stack.dataset_dir, format="parquet", partitioning="hive").to_table().to_pylist()
+        except (FileNotFoundError, ValueError):
+            return None
+        return next((r for r in rows if r["request_id"] == request_id), None)
+
+    ep = wait_for(episode, 20)
+    assert ep is not None, "the episode never reached the dataset"
+    assert ep["answer"] == answer and ep["calls"] == 3
+    assert [s["worker"] for s in ep["steps"]] == ["gemini-flash", "llama-70b", "local-llm"]
+
+
+def test_streaming_returns_openai_chunks_with_usage(stack, client):
+    stream = client.chat.completions.create(model="baton", stream=True, stream_options={"include_usage": True},
+                                            messages=[{"role": "user", "content": first_question()["prompt"]}])
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text.startswith("[local-model] saw:")
+    assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens > 0
+
+
+def test_models_and_bad_requests(stack, client):
+    assert [m.id for m in client.models.list().data] == ["baton"]
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="baton", messages=[])
+    assert "at least one message" in err.value.message
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="gpt-5", messages=[{"role": "user", "content": "hi"}])
+    assert err.value.code == "model_not_found"
+    big = httpx.post(stack.base_url + "/chat/completions", content=b"x" * 1_100_000,
+                     headers={"content-type": "application/json"})
+    assert big.status_code == 413 and "larger than" in big.json()["error"]["message"]
+    for path in ("/health/live", "/health/ready", "/metrics"):
+        assert httpx.get(stack.base_url.removesuffix("/v1") + path).status_code == 200
+
+
+async def test_malformed_records_go_to_the_dead_letter_topic_and_consumers_go_on(stack, client):
+    producer = AIOKafkaProducer(bootstrap_servers=stack.bootstrap_servers)
+    consumer = AIOKafkaConsumer(topics.DLQ, bootstrap_servers=stack.bootstrap_servers, auto_offset_reset="earliest",
+                                group_id=None)
+    await producer.start()
+    await consumer.start()
+    poisoned = [topics.REQUESTS, topics.WORKFLOW, topics.tasks_topic("sim"), topics.RESPONSES]
+    try:
+        for t in poisoned:
+            await producer.send_and_wait(t, b"\xff\xfe not protobuf \x00", key=b"poison-" + t.encode())
+        seen = {}
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not set(poisoned) <= set(seen):
+            batch = await consumer.getmany(timeout_ms=1000)
+            for records in batch.values():
+                for r in records:
+                    if r.key and r.key.startswith(b"poison-"):
+                        headers = dict(r.headers)
+                        seen[r.key.decode().removeprefix("poison-")] = headers[topics.DLQ_REASON_HEADER].decode()
+    finally:
+        await producer.stop()
+        await consumer.stop()
+    assert set(poisoned) <= set(seen), f"dead letters seen for {sorted(seen)}"
+    assert all("not a valid baton.v1." in reason for reason in seen.values()), seen
+    # The responses topic is read by two groups; each dead-letters its copy. Everyone still works:
+    completion = client.chat.completions.create(model="baton", messages=[{"role": "user", "content": "Still there?"}])
+    assert completion.choices[0].message.content.startswith("[local-model] saw:")

@@ -1,0 +1,89 @@
+import pytest
+
+from baton_platform.config import ConfigError, load_config
+from conftest import DEFAULT_CONFIG, default_config_data
+
+
+def test_the_shipped_default_config_is_valid_and_needs_no_key(monkeypatch):
+    monkeypatch.delenv("BATON_CONFIG", raising=False)
+    config = load_config(DEFAULT_CONFIG)
+    assert config.providers == ["sim"]
+    assert all(w.api_key_env is None for w in config.workers)
+    assert all(w.sim.dataset.is_file() for w in config.workers), "relative dataset paths resolve from the file"
+
+
+def test_a_bad_field_fails_naming_the_field(write_config):
+    data = default_config_data()
+    data["workers"][1]["provider"] = "openia"
+    with pytest.raises(ConfigError) as err:
+        load_config(write_config(data=data))
+    assert "workers.1.provider" in str(err.value)
+
+
+def test_the_static_plan_may_only_name_configured_workers(write_config):
+    path = write_config({"conductor": {"backend": "static", "plan": {
+        "workers": ["nobody"], "subtasks": ["x"], "access": [[]]}}})
+    with pytest.raises(ConfigError, match="unknown worker.*nobody"):
+        load_config(path)
+
+
+def test_plan_lists_must_have_equal_lengths(write_config):
+    path = write_config({"conductor": {"backend": "static", "plan": {
+        "workers": ["gemini-pro", "gemini-flash"], "subtasks": ["x"], "access": [[]]}}})
+    with pytest.raises(ConfigError, match="conductor.plan.*equal lengths"):
+        load_config(path)
+
+
+def test_worker_names_are_unique(write_config):
+    data = default_config_data()
+    data["workers"][1]["name"] = data["workers"][0]["name"]
+    with pytest.raises(ConfigError, match="used twice"):
+        load_config(write_config(data=data))
+
+
+def test_unknown_keys_are_rejected(write_config):
+    with pytest.raises(ConfigError, match="gateway.prot"):
+        load_config(write_config({"gateway": {"prot": 1}}))
+
+
+def test_environment_overrides_the_file(write_config, monkeypatch):
+    path = write_config()
+    monkeypatch.setenv("BATON_GATEWAY__PORT", "9999")
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", "10.0.0.1:9092")
+    config = load_config(path)
+    assert config.gateway.port == 9999
+    assert config.kafka.bootstrap_servers == "10.0.0.1:9092"
+
+
+def test_baton_config_names_the_file(write_config, monkeypatch):
+    monkeypatch.setenv("BATON_CONFIG", str(write_config({"gateway": {"port": 8123}})))
+    assert load_config().gateway.port == 8123
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "does not exist"),
+    ("workers: [unclosed", "not valid YAML"),
+    ("- just\n- a list\n", "mapping at the top level"),
+])
+def test_unreadable_files_fail_clearly(tmp_path, content, message):
+    path = tmp_path / "c.yaml"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(ConfigError, match=message):
+        load_config(path)
+
+
+def test_missing_baton_config_says_what_to_do(monkeypatch):
+    monkeypatch.delenv("BATON_CONFIG", raising=False)
+    with pytest.raises(ConfigError, match="BATON_CONFIG is not set"):
+        load_config()
+
+
+def test_provider_specific_requirements(write_config):
+    data = default_config_data()
+    data["workers"].append({"name": "local", "provider": "openai_compatible", "model": "m"})
+    with pytest.raises(ConfigError, match="base_url"):
+        load_config(write_config(data=data))
+    data["workers"][-1] = {"name": "s", "provider": "sim", "model": "m"}
+    with pytest.raises(ConfigError, match="sim"):
+        load_config(write_config(data=data))

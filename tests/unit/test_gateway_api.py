@@ -1,0 +1,40 @@
+import json
+
+import pytest
+
+from baton_gateway.api import ApiError, parse_chat_request
+
+MODELS = {"baton"}
+
+
+def parse(body):
+    return parse_chat_request(body if isinstance(body, bytes) else json.dumps(body).encode(), MODELS)
+
+
+def test_a_plain_openai_request_parses():
+    req = parse({"model": "baton", "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+                 "max_completion_tokens": 20, "frequency_penalty": 0.1})
+    assert req.messages[0].text() == "hi" and req.max_completion_tokens == 20
+
+
+@pytest.mark.parametrize("body, fragment", [
+    (b"{not json", "not valid JSON"),
+    ([1, 2], "must be a JSON object"),
+    ({"model": "baton"}, "messages"),
+    ({"model": "baton", "messages": []}, "at least one message"),
+    ({"model": "baton", "messages": [{"role": "system", "content": "only system"}]}, "non-empty user message"),
+    ({"model": "baton", "messages": [{"role": "wizard", "content": "x"}]}, "messages.0.role"),
+    ({"model": "baton", "messages": [{"role": "user", "content": "x"}], "temperature": 7}, "temperature"),
+    ({"model": "baton", "messages": [{"role": "user", "content": "x"}], "n": 3}, "n"),
+])
+def test_malformed_requests_get_a_400_that_says_why(body, fragment):
+    with pytest.raises(ApiError) as err:
+        parse(body)
+    assert err.value.status == 400 and fragment in err.value.message
+    assert err.value.body()["error"]["type"] == "invalid_request_error"
+
+
+def test_an_unknown_model_is_named():
+    with pytest.raises(ApiError) as err:
+        parse({"model": "gpt-5", "messages": [{"role": "user", "content": "x"}]})
+    assert err.value.status == 400 and err.value.code == "model_not_found" and "'gpt-5'" in err.value.message

@@ -1,0 +1,49 @@
+import asyncio
+import csv
+import sys
+
+import pytest
+
+from baton_executor.providers.base import ProviderCall
+from baton_executor.sim import OutcomeMatrix, SimProvider
+from conftest import MMLU_PRO
+
+
+@pytest.fixture(scope="module")
+def matrix():
+    return OutcomeMatrix(MMLU_PRO)
+
+
+def rows(n=50):
+    csv.field_size_limit(sys.maxsize)
+    with MMLU_PRO.open(newline="") as f:
+        return [r for _, r in zip(range(n), csv.DictReader(f))]
+
+
+def test_sim_answers_as_the_recorded_model_did(matrix):
+    sim = SimProvider(matrix, "gemini-1.5-pro-002", latency_ms=0)
+    call = ProviderCall(model="gemini-1.5-pro-002", messages=[{"role": "user", "content": "q"}])
+    for row in rows():
+        reply = asyncio.run(sim.complete(call, query=row["prompt"]))
+        recorded = row["gemini-1.5-pro-002|answer"]
+        if recorded:
+            assert reply.text == f"The answer is ({recorded})."
+        assert reply.output_tokens == max(1, int(row["gemini-1.5-pro-002|output_chars"]) // 4)
+
+
+def test_two_models_differ_where_the_matrix_says_so(matrix):
+    strong = SimProvider(matrix, "gemini-1.5-pro-002", 0)
+    weak = SimProvider(matrix, "Llama-2-7b-hf", 0)
+    call = ProviderCall(model="m", messages=[])
+    differ = [r for r in rows(300) if r["gemini-1.5-pro-002|answer"] != r["Llama-2-7b-hf|answer"]]
+    assert differ
+    r = differ[0]
+    assert asyncio.run(strong.complete(call, query=r["prompt"])).text != asyncio.run(weak.complete(call, query=r["prompt"])).text
+
+
+def test_unknown_questions_and_models_are_reported_honestly(matrix):
+    sim = SimProvider(matrix, "gemini-1.5-pro-002", 0)
+    reply = asyncio.run(sim.complete(ProviderCall(model="m", messages=[]), query="never asked"))
+    assert "not in the sim provider's outcome matrix" in reply.text
+    with pytest.raises(ValueError, match="not in the matrix"):
+        SimProvider(matrix, "gpt-7", 0)
