@@ -30,7 +30,7 @@ def setup(write_config, plan: Plan, step_timeout=60.0, fallback=None):
 
 
 def completed(step, output, attempt=1, cost=0.5):
-    return workflow_pb2.StepCompleted(task_id=f"r1:{step}:{attempt}", step=step, attempt=attempt, output=output,
+    return workflow_pb2.StepCompleted(task_id=f"r1:{step}:{attempt}", step=step, attempt=attempt, output=output, worker="",
                                       usage=common_pb2.Usage(input_tokens=10, output_tokens=5, cost_usd=cost, calls=1))
 
 
@@ -59,7 +59,7 @@ def test_steps_run_when_what_they_read_is_done_and_the_last_output_answers(write
 def test_duplicates_and_stale_attempts_are_ignored(write_config):
     wf, run, _ = setup(write_config, Plan(workers=["gemini-pro"], subtasks=["a"], access=[[]]))
     wf.advance(run)
-    assert wf.on_completed("r1", completed(0, "x", attempt=2)) is None
+    assert wf.on_completed("r1", completed(0, "x", attempt=0)) is None
     assert wf.on_completed("r1", completed(0, "first")) is run
     assert wf.on_completed("r1", completed(0, "second")) is None
     assert wf.advance(run)[0].response.answer == "first"
@@ -82,6 +82,7 @@ def test_a_failed_step_moves_to_the_workers_fallback(write_config):
     wf.on_failed("r1", workflow_pb2.StepFailed(step=0, attempt=1, error=common_pb2.Error(message="boom")))
     (retry,) = wf.advance(run)
     assert retry.task.worker == "llama-70b" and retry.task.attempt == 2 and retry.task.task_id == "r1:0:2"
+    assert wf.on_completed("r1", completed(0, "late answer to attempt 1")) is None
     wf.on_completed("r1", completed(0, "saved", attempt=2))
     (finish,) = wf.advance(run)
     assert finish.response.answer == "saved"
@@ -98,6 +99,16 @@ def test_an_unanswered_step_times_out(write_config):
     assert expired_run is run and finish.response.error.code == "step_timeout"
     assert "not answered within 2 s" in finish.response.error.message
     assert wf.expired() == [], "a finished run does not time out twice"
+
+
+def test_results_read_back_after_a_restart_rebuild_the_run(write_config):
+    plan = Plan(workers=["gemini-pro", "gemini-flash"], subtasks=["a", "b"], access=[[], [0]])
+    wf, run, _ = setup(write_config, plan)
+    # No dispatch happened in this instance: the results come from re-reading the partition.
+    wf.on_completed("r1", completed(0, "from before the crash"))
+    (again,) = wf.advance(run)
+    assert again.task.step == 1, "the completed step is not dispatched again"
+    assert "from before the crash" in again.task.messages[0].content
 
 
 def test_a_redelivered_plan_does_not_start_a_second_run(write_config):

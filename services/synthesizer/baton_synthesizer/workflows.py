@@ -79,20 +79,38 @@ class Workflows:
         return run
 
     def on_completed(self, request_id: str, completed: workflow_pb2.StepCompleted) -> Run | None:
-        run = self.runs.get(request_id)
-        if run is None or run.finished or completed.step in run.done or completed.step not in run.started:
-            return None  # a duplicate or a late answer: the first result stands
-        if completed.attempt != run.attempts.get(completed.step):
-            return None  # an answer to an attempt that was superseded (e.g. by a fallback)
+        run = self._current(request_id, completed.step, completed.attempt)
+        if run is None:
+            return None
+        self._note_attempt(run, completed.step, completed.attempt, completed.worker)
         run.done[completed.step] = completed
         return run
 
     def on_failed(self, request_id: str, failed: workflow_pb2.StepFailed) -> Run | None:
-        run = self.runs.get(request_id)
-        if run is None or run.finished or failed.step in run.done or failed.attempt != run.attempts.get(failed.step):
+        run = self._current(request_id, failed.step, failed.attempt)
+        if run is None:
             return None
+        self._note_attempt(run, failed.step, failed.attempt, failed.worker)
         run.errors[failed.step] = failed.error
         return run
+
+    def _current(self, request_id: str, step: int, attempt: int) -> Run | None:
+        """The run a step result belongs to, unless the result is a duplicate, late, or superseded."""
+        run = self.runs.get(request_id)
+        if run is None or run.finished or step in run.done or not 0 <= step < run.plan.steps:
+            return None
+        if attempt < run.attempts.get(step, 0):
+            return None  # an older attempt, already replaced (e.g. by a fallback)
+        return run
+
+    @staticmethod
+    def _note_attempt(run: Run, step: int, attempt: int, worker: str) -> None:
+        # When a partition is re-read after a restart, results arrive for dispatches this instance
+        # never made; the result itself says which attempt and worker it was.
+        run.started.add(step)
+        run.attempts[step] = attempt
+        run.workers[step] = worker or run.workers.get(step) or run.plan.workers[step]
+        run.errors.pop(step, None)
 
     # -- decisions -----------------------------------------------------------------------------
 

@@ -1,0 +1,90 @@
+"""The router's handlers on FastStream's in-memory broker, with an in-memory span exporter."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from baton.v1 import common_pb2, dead_letter_pb2, requests_pb2, workflow_pb2
+from faststream.kafka import KafkaMessage, TestKafkaBroker
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from baton_platform import topics
+from baton_platform.config import load_config
+from baton_platform.telemetry import setup_tracing
+from baton_router.main import create_app
+
+
+@pytest.fixture
+def router(write_config):
+    exporter = InMemorySpanExporter()
+    provider = setup_tracing("baton-router", set_global=False)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    app = create_app(load_config(write_config()), tracer_provider=provider)
+    seen: dict[str, list] = {"workflow": [], "dlq": []}
+
+    @app.broker.subscriber(topics.WORKFLOW)
+    async def workflow(msg: KafkaMessage):
+        seen["workflow"].append(msg)
+
+    @app.broker.subscriber(topics.DLQ)
+    async def dlq(msg: KafkaMessage):
+        seen["dlq"].append(msg)
+
+    return app, seen, exporter
+
+
+async def test_a_request_becomes_a_valid_plan_on_the_workflow_topic(router):
+    app, seen, exporter = router
+    request = requests_pb2.ChatRequest(request_id="abc", policy="baton",
+                                       messages=[common_pb2.ChatMessage(role="user", content="2+2?")])
+    async with TestKafkaBroker(app.broker) as br:
+        await br.publish(request.SerializeToString(), topics.REQUESTS, key=b"abc")
+        await asyncio.sleep(0)
+    (msg,) = seen["workflow"]
+    event = workflow_pb2.WorkflowEvent.FromString(msg.body)
+    assert event.request_id == "abc" and msg.raw_message.key == b"abc"
+    plan = event.planned.plan
+    assert [s.worker for s in plan.steps] == ["gemini-flash", "gemini-pro"]
+    assert list(plan.steps[1].access.steps) == [0] and not plan.fallback and plan.propensity == 1.0
+    assert "traceparent" in msg.headers, "trace context travels in Kafka headers"
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    assert spans["plan"].attributes["baton.plan.steps"] == 2
+    assert spans["plan"].context.trace_id == int(msg.headers["traceparent"].split("-")[1], 16)
+
+
+async def test_malformed_requests_are_dead_lettered_with_their_reason(router):
+    app, seen, _ = router
+    async with TestKafkaBroker(app.broker) as br:
+        await br.publish(b"\x08\x96\x01garbage\xff", topics.REQUESTS, key=b"k")
+        await br.publish(requests_pb2.ChatRequest().SerializeToString(), topics.REQUESTS, key=b"k2")
+    assert seen["workflow"] == []
+    reasons = [m.headers[topics.DLQ_REASON_HEADER] for m in seen["dlq"]]
+    assert "not a valid baton.v1.ChatRequest" in reasons[0]
+    assert reasons[1] == "ChatRequest without request_id"
+    letter = dead_letter_pb2.DeadLetter.FromString(seen["dlq"][0].body)
+    assert letter.source_topic == topics.REQUESTS and letter.value.startswith(b"\x08\x96") and letter.service == "baton-router"
+
+
+async def test_an_invalid_plan_falls_back_and_is_marked(write_config):
+    from baton_router.conductor import Proposal
+    from baton_router.planning import Planner
+    from baton_workflow import Plan
+
+    class Wild:
+        name = "wild"
+
+        async def propose(self, request):
+            return Proposal(plan=Plan(workers=["gemini-pro", "ghost"], subtasks=["a", "b"], access=[[1], []]),
+                            token_logprobs=[-0.5, -1.0], propensity=0.25)
+
+        async def aclose(self):
+            pass
+
+    planner = Planner(load_config(write_config()), Wild())
+    result = await planner.plan(requests_pb2.ChatRequest(request_id="x"))
+    assert not result.valid and result.plan.fallback
+    assert "unknown worker 'ghost'" in result.plan.invalid_reason and "not an earlier step" in result.plan.invalid_reason
+    assert [s.worker for s in result.plan.steps] == ["gemini-pro"], "the safe plan: first worker, one step"
+    assert list(result.plan.token_logprobs) == [-0.5, -1.0], "kept so training can give the plan reward 0"
