@@ -1,0 +1,19 @@
+"""LLM provider adapters: one small httpx client per API, behind one contract."""
+
+from .base import (
+    PROVIDER_KINDS,
+    Provider,
+    ProviderCall,
+    ProviderError,
+    ProviderReply,
+    build_provider,
+)
+
+__all__ = [
+    "PROVIDER_KINDS",
+    "Provider",
+    "ProviderCall",
+    "ProviderError",
+    "ProviderReply",
+    "build_provider",
+]

@@ -1,0 +1,166 @@
+"""Anthropic Messages API adapter."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+import httpx
+
+from ._http import HttpProvider, int_or_zero, iter_sse
+from .base import ProviderCall, ProviderError, ProviderReply, parse_retry_after, parse_rfc3339_delay
+
+ANTHROPIC_VERSION = "2023-06-01"
+# Anthropic requires max_tokens even when the caller configured no default.
+_REQUIRED_MAX_TOKENS_FALLBACK = 1024
+
+_CONTEXT_OVERFLOW = re.compile(r"prompt is too long|context limit|context window|too many total text bytes", re.I)
+_FINAL_STREAM_ERRORS = frozenset(
+    {
+        "invalid_request_error",
+        "authentication_error",
+        "permission_error",
+        "not_found_error",
+        "request_too_large",
+        "billing_error",
+    }
+)
+_LIMITS = ("requests", "tokens", "input-tokens", "output-tokens")
+
+
+def _input_tokens(usage: Mapping[str, Any]) -> int:
+    # With prompt caching, input_tokens counts only the uncached part; the
+    # prompt the model saw is the sum of all three.
+    return (
+        int_or_zero(usage.get("input_tokens"))
+        + int_or_zero(usage.get("cache_creation_input_tokens"))
+        + int_or_zero(usage.get("cache_read_input_tokens"))
+    )
+
+
+class AnthropicProvider(HttpProvider):
+    name = "anthropic"
+    default_base_url = "https://api.anthropic.com"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        # The documented base has no version segment; accept a pasted ".../v1" too.
+        if self.base_url.endswith("/v1"):
+            self.base_url = self.base_url[: -len("/v1")]
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"accept": "application/json", "anthropic-version": ANTHROPIC_VERSION}
+        if self._api_key:
+            headers["x-api-key"] = self._api_key
+        return headers
+
+    def _request(self, call: ProviderCall, *, stream: bool) -> tuple[str, dict[str, Any], None]:
+        system = [m["content"] for m in call.messages if m["role"] == "system"]
+        body: dict[str, Any] = {
+            "model": call.model,
+            "max_tokens": self._max_tokens(call) or _REQUIRED_MAX_TOKENS_FALLBACK,
+            "messages": [
+                {"role": m["role"], "content": m["content"]} for m in call.messages if m["role"] != "system"
+            ],
+        }
+        if system:
+            body["system"] = "\n\n".join(system)
+        if call.temperature is not None:
+            body["temperature"] = call.temperature
+        if stream:
+            body["stream"] = True
+        return f"{self.base_url}/v1/messages", body, None
+
+    def _parse_reply(self, body: Any, call: ProviderCall) -> ProviderReply:
+        if not isinstance(body, dict) or body.get("type") == "error":
+            raise ProviderError(f"{self.name}: reply was not a message", retryable=False)
+        blocks = body.get("content") or []
+        text = "".join(b.get("text", "") for b in blocks if isinstance(b, dict) and b.get("type") == "text")
+        usage = body.get("usage") or {}
+        return ProviderReply(
+            text=text,
+            input_tokens=_input_tokens(usage),
+            output_tokens=int_or_zero(usage.get("output_tokens")),
+            model=body.get("model") or call.model,
+            finish_reason=body.get("stop_reason"),
+        )
+
+    async def _read_stream(self, response: httpx.Response, call: ProviderCall) -> ProviderReply:
+        parts: list[str] = []
+        model: str | None = None
+        input_tokens = 0
+        output_tokens = 0
+        stop_reason: str | None = None
+        done = False
+        async for event in iter_sse(response):
+            payload = self._decode_event(event.data)
+            kind = payload.get("type") or event.event
+            if kind == "message_start":
+                message = payload.get("message") or {}
+                model = message.get("model") or model
+                usage = message.get("usage") or {}
+                input_tokens = _input_tokens(usage)
+                output_tokens = int_or_zero(usage.get("output_tokens"))
+            elif kind == "content_block_delta":
+                delta = payload.get("delta") or {}
+                if delta.get("type") == "text_delta":
+                    parts.append(delta.get("text", ""))
+            elif kind == "message_delta":
+                stop_reason = (payload.get("delta") or {}).get("stop_reason") or stop_reason
+                usage = payload.get("usage") or {}
+                # message_delta usage is cumulative; newer API versions repeat input counts there.
+                if "output_tokens" in usage:
+                    output_tokens = int_or_zero(usage["output_tokens"])
+                if "input_tokens" in usage:
+                    input_tokens = _input_tokens(usage)
+            elif kind == "message_stop":
+                done = True
+                break
+            elif kind == "error":
+                error = payload.get("error") or {}
+                raise self._classify(None, error.get("type"), error.get("message") or "stream error", {}, payload)
+            # ping, content_block_start/stop and future event types carry nothing we need.
+        if not done:
+            raise self._truncated_stream()
+        return ProviderReply(
+            text="".join(parts),
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            model=model or call.model,
+            finish_reason=stop_reason,
+        )
+
+    # --- errors ------------------------------------------------------------------
+
+    def _error_detail(self, body: Any) -> tuple[str | None, str | None]:
+        if isinstance(body, dict) and isinstance(body.get("error"), dict):
+            error = body["error"]
+            return error.get("message"), error.get("type")
+        return None, None
+
+    def _is_context_overflow(self, status: int | None, code: str | None, message: str) -> bool:
+        return status in (None, 400) and bool(_CONTEXT_OVERFLOW.search(message))
+
+    def _is_auth_failure(self, status: int | None, code: str | None, body: Any) -> bool:
+        return status in (401, 403) or code in ("authentication_error", "permission_error")
+
+    def _is_permanent(self, status: int | None, code: str | None, message: str, body: Any) -> bool:
+        # A 429 for a reached monthly spend limit lasts until the limit resets.
+        error = body.get("error") if isinstance(body, dict) else None
+        details = error.get("details") if isinstance(error, dict) else None
+        return isinstance(details, dict) and details.get("error_code") == "enforced_spend_limit_reached"
+
+    def _stream_error_retryable(self, code: str | None) -> bool:
+        return code not in _FINAL_STREAM_ERRORS
+
+    def _retry_after(self, headers: Mapping[str, str], body: Any) -> float | None:
+        standard = parse_retry_after(headers)
+        if standard is not None:
+            return standard
+        waits = []
+        for limit in _LIMITS:
+            if headers.get(f"anthropic-ratelimit-{limit}-remaining", "").strip() == "0":
+                wait = parse_rfc3339_delay(headers.get(f"anthropic-ratelimit-{limit}-reset", ""))
+                if wait is not None:
+                    waits.append(wait)
+        return max(waits) if waits else None

@@ -1,0 +1,253 @@
+"""The provider contract the executor core depends on, plus helpers shared by the adapters."""
+
+from __future__ import annotations
+
+import email.utils
+import math
+import re
+import time
+from dataclasses import dataclass
+from typing import Mapping, Protocol, runtime_checkable
+
+import httpx
+
+PROVIDER_KINDS = ("openai", "openai_compatible", "anthropic", "gemini")
+
+
+@dataclass(frozen=True)
+class ProviderCall:
+    model: str
+    messages: list[dict[str, str]]
+    max_tokens: int | None = None
+    temperature: float | None = None
+    timeout_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class ProviderReply:
+    text: str
+    input_tokens: int
+    output_tokens: int
+    model: str
+    finish_reason: str | None = None
+
+
+class ProviderError(Exception):
+    """A failed provider call, already classified for the retry policy.
+
+    ``reason`` is meant for humans and logs; adapters build it from redacted
+    provider text, so it never carries credentials.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        retryable: bool,
+        status: int | None = None,
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retryable = retryable
+        self.status = status
+        self.retry_after_s = retry_after_s
+
+    def __str__(self) -> str:
+        return self.reason
+
+    def __repr__(self) -> str:
+        return (
+            f"ProviderError({self.reason!r}, retryable={self.retryable}, "
+            f"status={self.status}, retry_after_s={self.retry_after_s})"
+        )
+
+    # Keyword-only constructor arguments would otherwise be lost when the
+    # error crosses a process boundary (multiprocessing, pickled task results).
+    def __reduce__(self):
+        return (
+            _rebuild_provider_error,
+            (self.reason, self.retryable, self.status, self.retry_after_s),
+        )
+
+
+def _rebuild_provider_error(reason, retryable, status, retry_after_s) -> ProviderError:
+    return ProviderError(reason, retryable=retryable, status=status, retry_after_s=retry_after_s)
+
+
+@runtime_checkable
+class Provider(Protocol):
+    async def complete(self, call: ProviderCall) -> ProviderReply: ...
+
+    async def aclose(self) -> None: ...
+
+
+def build_provider(
+    kind: str,
+    *,
+    base_url: str | None,
+    api_key: str | None,
+    stream: bool = False,
+    client: httpx.AsyncClient | None = None,
+    max_output_tokens_default: int | None = 1024,
+) -> Provider:
+    """Create the adapter for ``kind``.
+
+    ``client`` is borrowed, never closed by the adapter; without one the
+    adapter owns a private client that ``aclose`` releases.
+    ``max_output_tokens_default`` applies when a call has no ``max_tokens``;
+    ``None`` leaves the provider's own default where the API allows that
+    (Anthropic requires the field, so it falls back to 1024 there).
+    """
+    # Imported here because the adapter modules import this one.
+    if kind in ("openai", "openai_compatible"):
+        from .openai import OpenAIProvider
+
+        if kind == "openai_compatible" and not base_url:
+            raise ValueError("provider kind 'openai_compatible' needs a base_url (e.g. http://vllm:8000/v1)")
+        return OpenAIProvider(
+            base_url=base_url,
+            api_key=api_key,
+            stream=stream,
+            client=client,
+            max_output_tokens_default=max_output_tokens_default,
+            compatible=(kind == "openai_compatible"),
+        )
+    if kind == "anthropic":
+        from .anthropic import AnthropicProvider
+
+        return AnthropicProvider(
+            base_url=base_url,
+            api_key=api_key,
+            stream=stream,
+            client=client,
+            max_output_tokens_default=max_output_tokens_default,
+        )
+    if kind == "gemini":
+        from .gemini import GeminiProvider
+
+        return GeminiProvider(
+            base_url=base_url,
+            api_key=api_key,
+            stream=stream,
+            client=client,
+            max_output_tokens_default=max_output_tokens_default,
+        )
+    raise ValueError(f"unknown provider kind {kind!r}; expected one of {', '.join(PROVIDER_KINDS)}")
+
+
+# --- helpers shared by the adapters -------------------------------------------------
+
+REDACTED = "[redacted]"
+# Providers echo a masked form of a rejected key (OpenAI: "sk-ab****wxyz"); even
+# a partial key does not belong in logs or traces.
+_MASKED_SECRET = re.compile(r"\S*\*{3,}\S*")
+_MAX_REASON_DETAIL = 300
+
+
+def redact(text: str, secret: str | None) -> str:
+    if secret:
+        text = text.replace(secret, REDACTED)
+    return _MASKED_SECRET.sub(REDACTED, text)
+
+
+def clip(text: str, limit: int = _MAX_REASON_DETAIL) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _non_negative(value: float) -> float | None:
+    if math.isnan(value) or math.isinf(value):
+        return None
+    return max(0.0, value)
+
+
+def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
+    """Seconds to wait from the standard headers: ``retry-after-ms``, then ``retry-after``.
+
+    ``retry-after`` may be delta-seconds or an HTTP date (RFC 9110).
+    """
+    raw_ms = headers.get("retry-after-ms")
+    if raw_ms:
+        try:
+            value = _non_negative(float(raw_ms) / 1000.0)
+            if value is not None:
+                return value
+        except ValueError:
+            pass
+    raw = headers.get("retry-after")
+    if not raw:
+        return None
+    raw = raw.strip()
+    try:
+        return _non_negative(float(raw))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(raw)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    current = time.time() if now is None else now
+    return max(0.0, when.timestamp() - current)
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+
+
+def parse_go_duration(text: str) -> float | None:
+    """Parse durations like ``1s``, ``6m0s``, ``20ms``, ``1h2m3.5s`` into seconds."""
+    text = text.strip()
+    if not text:
+        return None
+    pos = 0
+    total = 0.0
+    scale = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+    for match in _DURATION_PART.finditer(text):
+        if match.start() != pos:
+            return None
+        total += float(match.group(1)) * scale[match.group(2)]
+        pos = match.end()
+    if pos != len(text):
+        return None
+    return total
+
+
+def parse_rfc3339_delay(text: str, *, now: float | None = None) -> float | None:
+    from datetime import datetime
+
+    try:
+        when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        return None
+    current = time.time() if now is None else now
+    return max(0.0, when.timestamp() - current)
+
+
+def status_label(status: int) -> str:
+    labels = {
+        400: "bad request",
+        401: "authentication failed",
+        403: "permission denied",
+        404: "not found",
+        408: "request timeout",
+        409: "conflict",
+        413: "request too large",
+        422: "unprocessable request",
+        429: "rate limited",
+        500: "server error",
+        502: "bad gateway",
+        503: "service unavailable",
+        504: "gateway timeout",
+        529: "overloaded",
+    }
+    if status in labels:
+        return labels[status]
+    return "server error" if status >= 500 else "request rejected"
+
+
+def status_is_retryable(status: int) -> bool:
+    return status in (408, 409, 429) or status >= 500

@@ -1,0 +1,169 @@
+"""Gemini API (generativelanguage.googleapis.com, v1beta) adapter.
+
+The key travels only in the ``x-goog-api-key`` header: a ``?key=`` query
+parameter would end up in access logs and in the URL attribute of HTTP spans.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+from urllib.parse import quote
+
+import httpx
+
+from ._http import HttpProvider, int_or_zero, iter_sse
+from .base import ProviderCall, ProviderError, ProviderReply, parse_go_duration, parse_retry_after
+
+_CONTEXT_OVERFLOW = re.compile(
+    r"exceeds the maximum number of tokens|token count.*exceed|exceeds the context window|too many tokens",
+    re.IGNORECASE,
+)
+_RETRYABLE_STATUSES = frozenset(
+    {"RESOURCE_EXHAUSTED", "UNAVAILABLE", "INTERNAL", "DEADLINE_EXCEEDED", "ABORTED", "UNKNOWN"}
+)
+_RETRY_INFO = "type.googleapis.com/google.rpc.RetryInfo"
+_ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
+
+
+def _error_object(body: Any) -> dict[str, Any] | None:
+    # streamGenerateContent without alt=sse wraps everything, errors included, in a list.
+    if isinstance(body, list) and body:
+        body = body[0]
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        return body["error"]
+    return None
+
+
+def _details(body: Any) -> list[dict[str, Any]]:
+    error = _error_object(body)
+    details = error.get("details") if error else None
+    return [d for d in details if isinstance(d, dict)] if isinstance(details, list) else []
+
+
+class GeminiProvider(HttpProvider):
+    name = "gemini"
+    default_base_url = "https://generativelanguage.googleapis.com"
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"accept": "application/json"}
+        if self._api_key:
+            headers["x-goog-api-key"] = self._api_key
+        return headers
+
+    def _request(self, call: ProviderCall, *, stream: bool) -> tuple[str, dict[str, Any], dict[str, str] | None]:
+        model = call.model.removeprefix("models/")
+        system = [m["content"] for m in call.messages if m["role"] == "system"]
+        body: dict[str, Any] = {
+            "contents": [
+                {"role": "model" if m["role"] == "assistant" else "user", "parts": [{"text": m["content"]}]}
+                for m in call.messages
+                if m["role"] != "system"
+            ]
+        }
+        if system:
+            body["systemInstruction"] = {"parts": [{"text": "\n\n".join(system)}]}
+        config: dict[str, Any] = {}
+        max_tokens = self._max_tokens(call)
+        if max_tokens is not None:
+            config["maxOutputTokens"] = max_tokens
+        if call.temperature is not None:
+            config["temperature"] = call.temperature
+        if config:
+            body["generationConfig"] = config
+        method = "streamGenerateContent" if stream else "generateContent"
+        url = f"{self.base_url}/v1beta/models/{quote(model, safe='-._~')}:{method}"
+        return url, body, ({"alt": "sse"} if stream else None)
+
+    @staticmethod
+    def _candidate_text(candidate: Mapping[str, Any]) -> str:
+        parts = (candidate.get("content") or {}).get("parts") or []
+        # Thought summaries are not part of the answer.
+        return "".join(p.get("text", "") for p in parts if isinstance(p, dict) and not p.get("thought"))
+
+    @staticmethod
+    def _output_tokens(usage: Mapping[str, Any]) -> int:
+        # candidatesTokenCount leaves out thinking tokens, which are billed as output.
+        return int_or_zero(usage.get("candidatesTokenCount")) + int_or_zero(usage.get("thoughtsTokenCount"))
+
+    def _blocked(self, body: Mapping[str, Any]) -> ProviderError:
+        reason = (body.get("promptFeedback") or {}).get("blockReason")
+        if reason:
+            return ProviderError(f"{self.name}: prompt blocked by the provider ({reason})", retryable=False)
+        return ProviderError(f"{self.name}: reply had no candidates", retryable=False)
+
+    def _parse_reply(self, body: Any, call: ProviderCall) -> ProviderReply:
+        if not isinstance(body, dict):
+            raise ProviderError(f"{self.name}: reply was not a JSON object", retryable=False)
+        candidates = body.get("candidates") or []
+        if not candidates:
+            raise self._blocked(body)
+        candidate = candidates[0]
+        usage = body.get("usageMetadata") or {}
+        return ProviderReply(
+            text=self._candidate_text(candidate),
+            input_tokens=int_or_zero(usage.get("promptTokenCount")),
+            output_tokens=self._output_tokens(usage),
+            model=body.get("modelVersion") or call.model,
+            finish_reason=candidate.get("finishReason"),
+        )
+
+    async def _read_stream(self, response: httpx.Response, call: ProviderCall) -> ProviderReply:
+        parts: list[str] = []
+        usage: Mapping[str, Any] = {}
+        finish_reason: str | None = None
+        model: str | None = None
+        last: dict[str, Any] = {}
+        async for event in iter_sse(response):
+            chunk = self._decode_event(event.data)
+            if isinstance(chunk.get("error"), dict):
+                message, code = self._error_detail(chunk)
+                raise self._classify(None, code, message or "stream error", {}, chunk)
+            last = chunk
+            model = chunk.get("modelVersion") or model
+            usage = chunk.get("usageMetadata") or usage
+            for candidate in chunk.get("candidates") or []:
+                if candidate.get("index", 0) != 0:
+                    continue
+                parts.append(self._candidate_text(candidate))
+                finish_reason = candidate.get("finishReason") or finish_reason
+        if finish_reason is None:
+            if last and not last.get("candidates") and (last.get("promptFeedback") or {}).get("blockReason"):
+                raise self._blocked(last)
+            raise self._truncated_stream()
+        return ProviderReply(
+            text="".join(parts),
+            input_tokens=int_or_zero(usage.get("promptTokenCount")),
+            output_tokens=self._output_tokens(usage),
+            model=model or call.model,
+            finish_reason=finish_reason,
+        )
+
+    # --- errors ------------------------------------------------------------------
+
+    def _error_detail(self, body: Any) -> tuple[str | None, str | None]:
+        error = _error_object(body)
+        if error is None:
+            return None, None
+        return error.get("message"), error.get("status")
+
+    def _is_context_overflow(self, status: int | None, code: str | None, message: str) -> bool:
+        return status in (None, 400) and bool(_CONTEXT_OVERFLOW.search(message))
+
+    def _is_auth_failure(self, status: int | None, code: str | None, body: Any) -> bool:
+        if status in (401, 403) or code in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
+            return True
+        # An invalid key is a 400 INVALID_ARGUMENT whose ErrorInfo says API_KEY_INVALID.
+        return any(d.get("@type") == _ERROR_INFO and d.get("reason") == "API_KEY_INVALID" for d in _details(body))
+
+    def _stream_error_retryable(self, code: str | None) -> bool:
+        return code in _RETRYABLE_STATUSES
+
+    def _retry_after(self, headers: Mapping[str, str], body: Any) -> float | None:
+        standard = parse_retry_after(headers)
+        if standard is not None:
+            return standard
+        for detail in _details(body):
+            if detail.get("@type") == _RETRY_INFO and isinstance(detail.get("retryDelay"), str):
+                return parse_go_duration(detail["retryDelay"])
+        return None
