@@ -10,6 +10,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from baton_devtools.kafka import acreate_topics
 from baton_platform import topics
+from baton_platform.kafka import partition_ids
 from baton_platform.config import load_config
 
 
@@ -29,6 +30,7 @@ class Tap:
 
     def __init__(self, bootstrap: str, topic: str) -> None:
         self.topic = topic
+        self.bootstrap = bootstrap
         self.consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="latest")
         self.records = []
 
@@ -36,10 +38,7 @@ class Tap:
         await self.consumer.start()
         from aiokafka import TopicPartition
 
-        parts = self.consumer.partitions_for_topic(self.topic) or set()
-        if not parts:
-            await self.consumer._client.force_metadata_update()
-            parts = self.consumer.partitions_for_topic(self.topic) or set()
+        parts = await partition_ids({"bootstrap_servers": self.bootstrap}, self.topic)
         tps = [TopicPartition(self.topic, p) for p in parts]
         self.consumer.assign(tps)
         await self.consumer.seek_to_end(*tps)

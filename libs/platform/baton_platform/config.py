@@ -29,7 +29,9 @@ class _Strict(BaseModel):
 class Limits(_Strict):
     rpm: int | None = Field(default=None, gt=0, description="Requests per minute, all replicas together.")
     tpm: int | None = Field(default=None, gt=0, description="Tokens per minute, all replicas together.")
-    concurrency: int = Field(default=8, gt=0, description="Calls in flight per replica.")
+    concurrency: int = Field(default=8, gt=0, description="Calls in flight, all replicas together.")
+    headroom: float = Field(default=0.95, gt=0, le=1,
+                            description="Share of each limit Baton aims at, leaving room for replicas' clock skew.")
 
 
 class Price(_Strict):
@@ -130,12 +132,16 @@ class RouterConfig(_HttpService):
 class SynthesizerConfig(_HttpService):
     port: int = Field(default=9102, ge=0, le=65535)
     step_timeout_s: float = Field(default=60.0, gt=0, description="A step not answered by then fails the request.")
+    max_cost_usd: float = Field(default=0.0, ge=0, description="Per-request cost budget (0: none); a request may lower it.")
+    max_calls: int = Field(default=0, ge=0, description="Per-request provider-call budget (0: none); a request may lower it.")
 
 
 class ExecutorConfig(_HttpService):
     port: int = Field(default=9103, ge=0, le=65535)
     provider: Provider | None = Field(default=None, description="The provider this executor process serves.")
-    max_attempts: int = Field(default=3, ge=1)
+    max_attempts: int = Field(default=3, ge=1, description="Calls per step, retries included.")
+    drain_timeout_s: float = Field(default=10.0, ge=0,
+                                   description="On rebalance, time given to calls in flight before the partition moves.")
 
 
 class RewardLoggerConfig(_HttpService):

@@ -60,3 +60,29 @@ def consumer_options(cfg: KafkaConfig) -> dict:
         "heartbeat_interval_ms": cfg.heartbeat_interval_ms,
         "auto_offset_reset": "earliest",
     }
+
+
+def client_options(cfg: KafkaConfig) -> dict:
+    """Connection settings for plain aiokafka clients (admin, probes), matching make_broker's."""
+    options: dict = {"bootstrap_servers": cfg.bootstrap_servers, "security_protocol": cfg.security_protocol}
+    if cfg.security_protocol in ("SSL", "SASL_SSL"):
+        options["ssl_context"] = ssl.create_default_context(cafile=str(cfg.ssl_cafile) if cfg.ssl_cafile else None)
+    if cfg.security_protocol.startswith("SASL"):
+        options.update(sasl_mechanism=cfg.sasl_mechanism or "PLAIN", sasl_plain_username=cfg.sasl_username,
+                       sasl_plain_password=os.environ.get(cfg.sasl_password_env or "", ""))
+    return options
+
+
+async def partition_ids(options: dict, topic: str) -> list[int]:
+    """The partitions of `topic`, asked of the cluster (a plain consumer only knows topics it reads)."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(**options)
+    await admin.start()
+    try:
+        (desc,) = await admin.describe_topics([topic])
+    finally:
+        await admin.close()
+    if desc.get("error_code"):
+        raise ValueError(f"topic {topic} cannot be described (error code {desc['error_code']})")
+    return sorted(p["partition"] for p in desc["partitions"])

@@ -9,6 +9,8 @@ from opentelemetry.trace import Tracer
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from baton_platform.config import WorkerConfig
+from baton_executor.limits import WorkerLimits, estimate_tokens
+from baton_executor.metrics import ExecutorMetrics
 from baton_executor.providers.base import Provider, ProviderCall, ProviderError, ProviderReply
 from baton_executor.sim import SimProvider
 
@@ -26,12 +28,14 @@ def _wait(state: RetryCallState) -> float:
 
 
 class StepRunner:
-    def __init__(self, workers: dict[str, Provider], configs: dict[str, WorkerConfig], tracer: Tracer,
-                 provider_name: str, max_attempts: int) -> None:
+    def __init__(self, workers: dict[str, Provider], configs: dict[str, WorkerConfig], limits: dict[str, WorkerLimits],
+                 tracer: Tracer, metrics: ExecutorMetrics, max_attempts: int) -> None:
         self._workers = workers
         self._configs = configs
+        self._limits = limits
         self._tracer = tracer
-        self._provider_name = provider_name
+        self._metrics = metrics
+        self._provider_name = metrics.provider
         self._max_attempts = max_attempts
 
     async def run(self, task: tasks_pb2.Task) -> workflow_pb2.WorkflowEvent:
@@ -69,12 +73,33 @@ class StepRunner:
         raise AssertionError("unreachable: tenacity re-raises the last error")
 
     async def _call_once(self, task: tasks_pb2.Task, worker: WorkerConfig, deadline: float | None) -> ProviderReply:
-        timeout = 60.0 if deadline is None else max(0.1, deadline - time.time())
+        messages = [{"role": m.role, "content": m.content} for m in task.messages]
+        max_tokens = task.max_tokens or None
+        limits, m, name = self._limits[worker.name], self._metrics, worker.name
+        estimate = estimate_tokens(messages, max_tokens)
+        m.limit_wait.labels(self._provider_name, name).observe(await limits.admit(estimate))
         if deadline is not None and deadline <= time.time():
+            limits.settle(estimate, 0)
             raise ProviderError("the request's deadline passed before the call", retryable=False)
-        call = ProviderCall(model=worker.model, messages=[{"role": m.role, "content": m.content} for m in task.messages],
-                            max_tokens=task.max_tokens or None,
-                            temperature=task.temperature if task.HasField("temperature") else None, timeout_s=timeout)
+        call = ProviderCall(model=worker.model, messages=messages, max_tokens=max_tokens,
+                            temperature=task.temperature if task.HasField("temperature") else None,
+                            timeout_s=60.0 if deadline is None else max(0.1, deadline - time.time()))
+        m.requests.labels(self._provider_name, name).inc()
+        actual = estimate
+        try:
+            reply = await self._traced_call(task, worker, call)
+            actual = reply.input_tokens + reply.output_tokens
+            return reply
+        except ProviderError as e:
+            if e.status == 429:
+                m.rate_limited.labels(self._provider_name, name).inc()
+                # The provider says it is over its limit: stop all calls to this worker for a while.
+                limits.back_off(e.retry_after_s if e.retry_after_s else 1.0)
+            raise
+        finally:
+            limits.settle(estimate, actual)
+
+    async def _traced_call(self, task: tasks_pb2.Task, worker: WorkerConfig, call: ProviderCall) -> ProviderReply:
         # GenAI semantic-convention attributes; prompt and answer text stay off the span.
         with self._tracer.start_as_current_span(f"chat {worker.model}") as span:
             span.set_attribute("gen_ai.operation.name", "chat")

@@ -1,26 +1,45 @@
-"""Kafka wiring of an executor: baton.tasks.<provider> in, step results out on baton.workflow."""
+"""Kafka wiring of an executor: many calls at once, offsets committed in order, nothing run twice.
+
+- Concurrency: each task runs as its own asyncio task; the handler returns as soon as the call has
+  started, so the next record is read. When the worker's concurrency slots are full the handler
+  waits, and so the consumer stops fetching: memory stays bounded under any backlog.
+- Commits: a partition is committed only up to its oldest unfinished task.
+- Limits: the replica's share of each limit follows its share of the topic's partitions.
+- Recovery: when partitions are assigned (a start, a rebalance, a replica that died), the tasks
+  past the committed offset may include some whose results were already published. Before running
+  any of them the replica reads the results written since the oldest such task, and skips those
+  tasks: a step that completed is never run again.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 from collections import OrderedDict
 
-from baton.v1 import tasks_pb2
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from baton.v1 import tasks_pb2, workflow_pb2
 from faststream import AckPolicy
 from faststream.kafka import KafkaMessage
-from prometheus_client import Counter, Histogram
 
 from baton_platform import topics
-from baton_platform.kafka import consumer_options
+from baton_platform.kafka import client_options, consumer_options, partition_ids
 from baton_platform.messages import PoisonMessage, decode, encode
+from baton_platform.offsets import CommitPacer, OffsetTracker
 from baton_platform.service import Service
 
 from baton_executor.calls import StepRunner
+from baton_executor.limits import WorkerLimits
+from baton_executor.metrics import ExecutorMetrics
+
+log = logging.getLogger(__name__)
 
 
 class RecentIds:
-    """Task ids this replica answered lately, so a redelivered task is not run twice."""
+    """Task ids whose results are known to be published, bounded."""
 
-    def __init__(self, size: int = 50_000) -> None:
+    def __init__(self, size: int = 200_000) -> None:
         self._ids: OrderedDict[str, None] = OrderedDict()
         self._size = size
 
@@ -29,38 +48,199 @@ class RecentIds:
 
     def add(self, task_id: str) -> None:
         self._ids[task_id] = None
+        self._ids.move_to_end(task_id)
         if len(self._ids) > self._size:
             self._ids.popitem(last=False)
 
 
-def register(service: Service, provider: str, runner: StepRunner) -> None:
-    reg = service.registry
-    steps = Counter("baton_executor_steps", "Steps answered", ["provider", "worker", "outcome"], registry=reg)
-    tokens = Counter("baton_executor_tokens", "Tokens used", ["provider", "worker", "direction"], registry=reg)
-    cost = Counter("baton_executor_cost_usd", "Cost of provider calls", ["provider", "worker"], registry=reg)
-    latency = Histogram("baton_executor_step_seconds", "Step latency", ["provider"], registry=reg)
-    recent = RecentIds()
+class TaskConsumer(ConsumerRebalanceListener):
+    def __init__(self, service: Service, provider: str, runner: StepRunner, limits: dict[str, WorkerLimits],
+                 metrics: ExecutorMetrics) -> None:
+        self.service = service
+        self.provider = provider
+        self.topic = topics.tasks_topic(provider)
+        self.group = topics.executor_group(provider)
+        self.runner = runner
+        self.limits = limits
+        self.metrics = metrics
+        self.tracker = OffsetTracker()
+        self.pacer = CommitPacer(self.tracker, interval_s=0.2)
+        self.done = RecentIds()
+        self.in_flight: dict[TopicPartition, set[asyncio.Task]] = {}
+        self.running: set[str] = set()
+        self.subscriber = None
+        metrics.lag.labels(provider, self.topic).set_function(self._lag)
 
-    @service.broker.subscriber(topics.tasks_topic(provider), group_id=topics.executor_group(provider),
-                               ack_policy=AckPolicy.ACK, **consumer_options(service.config.kafka))
-    async def on_task(msg: KafkaMessage) -> None:
+    def register(self) -> None:
+        self.subscriber = self.service.broker.subscriber(
+            self.topic, group_id=self.group, ack_policy=AckPolicy.MANUAL, listener=self,
+            **consumer_options(self.service.config.kafka))
+        self.subscriber(self.handle)
+
+    # -- records -------------------------------------------------------------------------------
+
+    async def handle(self, msg: KafkaMessage) -> None:
+        raw = msg.raw_message
+        tp = TopicPartition(raw.topic, raw.partition)
+        self.tracker.begin(tp, raw.offset)
         try:
             task = decode(tasks_pb2.Task, msg.body)
             if not (task.task_id and task.request_id and task.worker):
                 raise PoisonMessage("Task without task_id, request_id or worker")
         except PoisonMessage as e:
-            await service.dead_letters.send(msg, str(e))
+            await self.service.dead_letters.send(msg, str(e))
+            self.tracker.finish(tp, raw.offset)
             return
-        if task.task_id in recent:
+        if task.task_id in self.done or task.task_id in self.running:
+            # Already answered, or a redelivered copy of a call still in progress.
+            self.tracker.finish(tp, raw.offset)
             return
-        event = await runner.run(task)
-        await service.broker.publish(encode(event), topics.WORKFLOW, key=task.request_id.encode())
-        recent.add(task.task_id)
-        kind = event.WhichOneof("event")
-        steps.labels(provider, task.worker, "completed" if kind == "step_completed" else "failed").inc()
-        if kind == "step_completed":
+        limits = self.limits.get(task.worker)
+        if limits is not None:
+            await limits.slots.acquire()  # full: wait here, and so stop fetching
+        self.running.add(task.task_id)
+        job = asyncio.create_task(self._run(task, tp, raw.offset, limits, getattr(msg, "consumer", None)))
+        self.in_flight.setdefault(tp, set()).add(job)
+        self.metrics.in_flight.labels(self.provider).inc()
+
+    async def _run(self, task: tasks_pb2.Task, tp: TopicPartition, offset: int, limits: WorkerLimits | None,
+                   consumer) -> None:
+        try:
+            event = await self.runner.run(task)
+            await self.service.broker.publish(encode(event), topics.WORKFLOW, key=task.request_id.encode())
+            self.done.add(task.task_id)
+            self._observe(task, event)
+            self.tracker.finish(tp, offset)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - left unfinished: the offset is not committed and the task is retried
+            log.exception("task %s could not be completed; it will be retried", task.task_id)
+        finally:
+            self.running.discard(task.task_id)
+            self.in_flight.get(tp, set()).discard(asyncio.current_task())
+            self.metrics.in_flight.labels(self.provider).dec()
+            if limits is not None:
+                await limits.slots.release()
+        await self.pacer.maybe_commit(consumer)
+
+    def _observe(self, task: tasks_pb2.Task, event: workflow_pb2.WorkflowEvent) -> None:
+        m, p, w = self.metrics, self.provider, task.worker
+        if event.WhichOneof("event") == "step_completed":
             done = event.step_completed
-            tokens.labels(provider, task.worker, "input").inc(done.usage.input_tokens)
-            tokens.labels(provider, task.worker, "output").inc(done.usage.output_tokens)
-            cost.labels(provider, task.worker).inc(done.usage.cost_usd)
-            latency.labels(provider).observe(done.latency_ms / 1000)
+            m.steps.labels(p, w, "completed").inc()
+            m.tokens.labels(p, w, "input").inc(done.usage.input_tokens)
+            m.tokens.labels(p, w, "output").inc(done.usage.output_tokens)
+            m.cost.labels(p, w).inc(done.usage.cost_usd)
+            m.latency.labels(p).observe(done.latency_ms / 1000)
+        else:
+            m.steps.labels(p, w, "failed").inc()
+
+    # -- rebalance -----------------------------------------------------------------------------
+
+    async def on_partitions_revoked(self, revoked) -> None:
+        # Let calls in flight finish (bounded) so the next owner does not repeat them.
+        jobs = [j for tp in revoked for j in self.in_flight.get(tp, ())]
+        if jobs:
+            await asyncio.wait(jobs, timeout=self.service.config.executor.drain_timeout_s)
+        await self.pacer.maybe_commit(force=True)
+        self.tracker.forget(revoked)
+
+    async def on_partitions_assigned(self, assigned) -> None:
+        consumer = self.subscriber.consumer if self.subscriber is not None else None
+        total = len(consumer.partitions_for_topic(self.topic) or ()) if consumer is not None else 0
+        mine = sum(1 for tp in assigned if tp.topic == self.topic)
+        share = mine / total if total else 0.0
+        for limits in self.limits.values():
+            await limits.set_share(share)
+        self.metrics.share.labels(self.provider).set(share)
+        log.info("assigned %d of %d partitions of %s: share %.3f of each limit", mine, total, self.topic, share)
+        if assigned:
+            try:
+                await asyncio.wait_for(self._recover(list(assigned)), timeout=30)
+            except Exception:  # noqa: BLE001 - without the scan a finished task may run again; never lose one
+                log.exception("could not read back published results; redelivered tasks will run again")
+
+    async def _recover(self, assigned: list[TopicPartition]) -> None:
+        """Mark as done every task whose result was published after the oldest uncommitted task."""
+        probe = AIOKafkaConsumer(group_id=self.group, enable_auto_commit=False,
+                                 **client_options(self.service.config.kafka))
+        await probe.start()
+        try:
+            since = await self._oldest_uncommitted_timestamp(probe, assigned)
+            if since is None:
+                return
+            found = await self._published_since(probe, since)
+            for task_id in found:
+                self.done.add(task_id)
+            log.info("recovery: %d result(s) published since the oldest uncommitted task", len(found))
+        finally:
+            await probe.stop()
+
+    async def _oldest_uncommitted_timestamp(self, probe, assigned) -> int | None:
+        probe.assign(assigned)
+        ends = await probe.end_offsets(assigned)
+        pending = []
+        for tp in assigned:
+            committed = await probe.committed(tp)
+            if committed is None:
+                await probe.seek_to_beginning(tp)
+            else:
+                probe.seek(tp, committed)
+            if await probe.position(tp) < ends[tp]:
+                pending.append(tp)
+        oldest = None
+        for tp in pending:
+            # The first uncommitted record of each partition; a fetch may come back empty, so ask again.
+            while True:
+                batch = await probe.getmany(tp, timeout_ms=1000, max_records=1)
+                records = batch.get(tp, [])
+                if records:
+                    ts = records[0].timestamp
+                    oldest = ts if oldest is None else min(oldest, ts)
+                    break
+        return oldest
+
+    async def _published_since(self, probe, since_ms: int) -> set[str]:
+        ids = await partition_ids(client_options(self.service.config.kafka), topics.WORKFLOW)
+        parts = [TopicPartition(topics.WORKFLOW, p) for p in ids]
+        probe.assign(parts)
+        starts = await probe.offsets_for_times({tp: since_ms for tp in parts})
+        ends = await probe.end_offsets(parts)
+        remaining = set()
+        for tp in parts:
+            if starts.get(tp) is not None and starts[tp].offset < ends[tp]:
+                probe.seek(tp, starts[tp].offset)
+                remaining.add(tp)
+        found: set[str] = set()
+        while remaining:  # bounded by the caller's timeout
+            batch = await probe.getmany(*remaining, timeout_ms=1000)
+            for records in batch.values():
+                for r in records:
+                    with contextlib.suppress(Exception):
+                        event = workflow_pb2.WorkflowEvent.FromString(r.value)
+                        if event.WhichOneof("event") == "step_completed":
+                            found.add(event.step_completed.task_id)
+            for tp in list(remaining):
+                if await probe.position(tp) >= ends[tp]:
+                    remaining.discard(tp)
+        return found
+
+    # -- metrics -------------------------------------------------------------------------------
+
+    def _lag(self) -> float:
+        consumer = self.subscriber.consumer if self.subscriber is not None else None
+        if consumer is None:
+            return 0.0
+        lag = 0
+        for tp in consumer.assignment():
+            high = consumer.highwater(tp)
+            committed = self.tracker.committable().get(tp)
+            if high is not None and committed is not None:
+                lag += max(0, high - committed)
+        return float(lag)
+
+    async def close(self) -> None:
+        jobs = [j for js in self.in_flight.values() for j in js]
+        if jobs:
+            await asyncio.wait(jobs, timeout=self.service.config.executor.drain_timeout_s)
+        await self.pacer.maybe_commit(force=True)

@@ -15,7 +15,9 @@ from baton_platform.http import serve
 from baton_platform.service import Service
 
 from baton_executor.calls import StepRunner
-from baton_executor.handlers import register
+from baton_executor.handlers import TaskConsumer
+from baton_executor.limits import WorkerLimits
+from baton_executor.metrics import ExecutorMetrics
 from baton_executor.workers import build_workers
 
 
@@ -26,11 +28,16 @@ def create_app(config: BatonConfig, provider: str, tracer_provider: TracerProvid
     HTTPXClientInstrumentor.instrument_client(client, tracer_provider=service.tracer_provider)
     workers = build_workers(config, provider, client)
     configs = {w.name: w for w in config.workers if w.provider == provider}
-    runner = StepRunner(workers, configs, service.tracer_provider.get_tracer("baton.executor"), provider,
+    limits = {w.name: WorkerLimits(w.limits.rpm, w.limits.tpm, w.limits.concurrency, w.limits.headroom)
+              for w in configs.values()}
+    metrics = ExecutorMetrics(service.registry, provider)
+    runner = StepRunner(workers, configs, limits, service.tracer_provider.get_tracer("baton.executor"), metrics,
                         config.executor.max_attempts)
-    register(service, provider, runner)
+    consumer = TaskConsumer(service, provider, runner, limits, metrics)
+    consumer.register()
 
     async def close() -> None:
+        await consumer.close()
         for w in workers.values():
             await w.aclose()
         await client.aclose()
