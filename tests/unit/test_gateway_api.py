@@ -38,3 +38,14 @@ def test_an_unknown_model_is_named():
     with pytest.raises(ApiError) as err:
         parse({"model": "gpt-5", "messages": [{"role": "user", "content": "x"}]})
     assert err.value.status == 400 and err.value.code == "model_not_found" and "'gpt-5'" in err.value.message
+
+
+def test_a_budget_rides_in_openai_metadata():
+    from baton_gateway.api import budget_from
+
+    b = budget_from({"baton_max_cost_usd": "0.05", "baton_max_calls": "3", "other": "x"})
+    assert b.max_cost_usd == 0.05 and b.max_calls == 3
+    with pytest.raises(ApiError, match="metadata.baton_max_calls must be a number"):
+        budget_from({"baton_max_calls": "three"})
+    with pytest.raises(ApiError, match="must be positive"):
+        budget_from({"baton_max_cost_usd": "-1"})

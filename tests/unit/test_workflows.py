@@ -13,18 +13,18 @@ class Clock:
         return self.now
 
 
-def setup(write_config, plan: Plan, step_timeout=60.0, fallback=None):
+def setup(write_config, plan: Plan, step_timeout=60.0, fallback=None, budget=None, synthesizer=None):
     from conftest import default_config_data
 
     data = default_config_data()
     if fallback:
         data["workers"][0]["fallback"] = fallback
-    data["synthesizer"] = {"step_timeout_s": step_timeout}
+    data["synthesizer"] = {"step_timeout_s": step_timeout, **(synthesizer or {})}
     config = load_config(write_config(data=data))
     clock = Clock()
     wf = Workflows(config, clock=clock)
     request = requests_pb2.ChatRequest(request_id="r1", messages=[common_pb2.ChatMessage(role="user", content="Q?")],
-                                       created_unix_ms=clock.now, reply_partition=3)
+                                       created_unix_ms=clock.now, reply_partition=3, budget=budget)
     run = wf.on_planned(workflow_pb2.WorkflowPlanned(request=request, plan=to_proto(plan, backend="static")))
     return wf, run, clock
 
@@ -115,3 +115,23 @@ def test_a_redelivered_plan_does_not_start_a_second_run(write_config):
     wf, run, _ = setup(write_config, Plan(workers=["gemini-pro"], subtasks=["a"], access=[[]]))
     again = workflow_pb2.WorkflowPlanned(request=run.request, plan=run.plan_proto)
     assert wf.on_planned(again) is None
+
+
+def test_a_call_budget_stops_a_plan_that_needs_more_calls(write_config):
+    plan = Plan(workers=["gemini-pro", "gemini-flash", "llama-70b"], subtasks=["a", "b", "c"], access=[[], [], [0, 1]])
+    wf, run, _ = setup(write_config, plan, budget=common_pb2.Budget(max_calls=2))
+    assert len(wf.advance(run)) == 2
+    wf.on_completed("r1", completed(0, "x"))
+    wf.on_completed("r1", completed(1, "y"))
+    (finish,) = wf.advance(run)
+    assert finish.response.error.code == "budget_exceeded" and "budget of 2 provider calls" in finish.response.error.message
+
+
+def test_a_cost_budget_from_config_or_request_whichever_is_tighter(write_config):
+    plan = Plan(workers=["gemini-pro", "gemini-flash"], subtasks=["a", "b"], access=[[], [0]])
+    wf, run, _ = setup(write_config, plan, budget=common_pb2.Budget(max_cost_usd=5.0),
+                       synthesizer={"max_cost_usd": 0.4})
+    wf.advance(run)
+    wf.on_completed("r1", completed(0, "x", cost=0.5))
+    (finish,) = wf.advance(run)
+    assert finish.response.error.code == "budget_exceeded" and "$0.400000" in finish.response.error.message

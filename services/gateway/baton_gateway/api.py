@@ -6,7 +6,7 @@ import json
 import time
 from typing import Any, Literal
 
-from baton.v1 import responses_pb2
+from baton.v1 import common_pb2, responses_pb2
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 DEFAULT_POLICY = "baton"
@@ -88,6 +88,25 @@ def parse_chat_request(raw: bytes, known_models: set[str]) -> ChatCompletionRequ
         raise ApiError(400, f"the model {req.model!r} does not exist; available: {', '.join(sorted(known_models))}",
                        param="model", code="model_not_found")
     return req
+
+
+BUDGET_KEYS = {"baton_max_cost_usd": "max_cost_usd", "baton_max_calls": "max_calls"}
+
+
+def budget_from(metadata: dict[str, str]) -> common_pb2.Budget:
+    """A per-request budget from OpenAI `metadata` (strings): baton_max_cost_usd, baton_max_calls."""
+    budget = common_pb2.Budget()
+    for key, field in BUDGET_KEYS.items():
+        if key not in metadata:
+            continue
+        try:
+            value = float(metadata[key]) if field == "max_cost_usd" else int(metadata[key])
+        except ValueError:
+            raise ApiError(400, f"metadata.{key} must be a number, got {metadata[key]!r}", param=f"metadata.{key}") from None
+        if value <= 0:
+            raise ApiError(400, f"metadata.{key} must be positive", param=f"metadata.{key}")
+        setattr(budget, field, value)
+    return budget
 
 
 def workflow_summary(episode: responses_pb2.Episode) -> dict[str, Any]:

@@ -28,8 +28,8 @@ from baton_platform.kafka import consumer_options, make_broker
 from baton_platform.messages import DeadLetters, PoisonMessage, decode, encode
 from baton_platform.telemetry import setup_tracing
 
-from baton_gateway.api import (DEFAULT_POLICY, ApiError, completion_body, parse_chat_request, stream_chunks,
-                               summary_header)
+from baton_gateway.api import (DEFAULT_POLICY, ApiError, budget_from, completion_body, parse_chat_request,
+                               stream_chunks, summary_header)
 from baton_gateway.replies import Replies
 
 SERVICE_NAME = "baton-gateway"
@@ -110,6 +110,7 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
                     deadline_unix_ms=now_ms + int(gw.request_timeout_s * 1000), reply_partition=partition)
                 if req.temperature is not None:
                     msg.temperature = req.temperature
+                msg.budget.CopyFrom(budget_from(req.metadata or {}))
                 waiter = replies.expect(request_id)
                 try:
                     await broker.publish(encode(msg), topics.REQUESTS, key=request_id.encode())

@@ -33,6 +33,12 @@ class Finish:
 Action = Dispatch | Finish
 
 
+def _tightest(*limits: float) -> float:
+    """The smallest limit that is set (zero means unset)."""
+    set_ = [x for x in limits if x > 0]
+    return min(set_) if set_ else 0
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -129,8 +135,25 @@ class Workflows:
                 message=f"step {step + 1} ({run.workers[step]}) failed: {error.message}"))]
         if len(run.done) == run.plan.steps:
             return [self._finish(run, answer=run.done[run.plan.steps - 1].output)]
-        return [self._dispatch(run, i, run.plan.workers[i], 1)
-                for i in ready_steps(run.plan, set(run.done), run.started)]
+        ready = ready_steps(run.plan, set(run.done), run.started)
+        over = self._over_budget(run, len(ready))
+        if over:
+            return [self._finish(run, error=common_pb2.Error(code="budget_exceeded", message=over))]
+        return [self._dispatch(run, i, run.plan.workers[i], 1) for i in ready]
+
+    def _over_budget(self, run: Run, new_calls: int) -> str | None:
+        """Why dispatching `new_calls` more steps would break the request's budget, if it would."""
+        if not new_calls:
+            return None
+        max_calls = _tightest(self._config.synthesizer.max_calls, run.request.budget.max_calls)
+        max_cost = _tightest(self._config.synthesizer.max_cost_usd, run.request.budget.max_cost_usd)
+        calls = sum(run.attempts.values())
+        if max_calls and calls + new_calls > max_calls:
+            return f"the workflow needs more than its budget of {max_calls} provider calls"
+        spent = sum(c.usage.cost_usd for c in run.done.values())
+        if max_cost and spent >= max_cost:
+            return f"the workflow spent ${spent:.6f}, reaching its budget of ${max_cost:.6f}, with steps still to run"
+        return None
 
     def expired(self) -> list[tuple[Run, list[Action]]]:
         """Runs with a step unanswered past the step timeout or past the request's deadline."""
