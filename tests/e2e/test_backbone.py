@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import json
+import os
 import subprocess
 import sys
 import time
@@ -21,6 +23,9 @@ from e2e.otlp import OtlpReceiver
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kafka]
 
+CALLER_KEY = "caller-key-7f3a9c"           # what clients send to the gateway
+PROVIDER_KEY = "sk-provider-secret-51d2e8"  # what the executor sends to the local provider
+
 
 def wait_for(predicate, timeout=30.0, interval=0.3):
     deadline = time.monotonic() + timeout
@@ -36,7 +41,8 @@ def wait_for(predicate, timeout=30.0, interval=0.3):
 def standin():
     """An OpenAI-compatible server (speaking the real wire format) that echoes what it was sent."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "baton_devtools.standins", "openai", "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "baton_devtools.standins", "openai", "--port", str(port),
+                             "--require-key-env", "STANDIN_KEY"], env={**os.environ, "STANDIN_KEY": PROVIDER_KEY},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     assert wait_for(lambda: proc.poll() is None and _up(url + "/_standin/stats"), 20), "stand-in did not start"
@@ -57,7 +63,8 @@ def stack(kafka_bootstrap, standin, tmp_path_factory):
     receiver = OtlpReceiver()
     data = default_config_data()
     data["workers"].append({"name": "local-llm", "provider": "openai_compatible", "model": "local-model",
-                            "base_url": standin, "card": "A local OpenAI-compatible server."})
+                            "base_url": standin, "api_key_env": "LOCAL_LLM_KEY",
+                            "card": "A local OpenAI-compatible server."})
     data["conductor"]["plan"] = {
         "workers": ["gemini-flash", "llama-70b", "local-llm"],
         "subtasks": ["Solve it.", "Solve it independently.", "Check the first draft and answer."],
@@ -70,7 +77,8 @@ def stack(kafka_bootstrap, standin, tmp_path_factory):
 
     cfg.write_text(yaml.safe_dump(data))
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-           "OTEL_BSP_SCHEDULE_DELAY": "200"}
+           "OTEL_BSP_SCHEDULE_DELAY": "200", "BATON_API_KEYS": f"other-key,{CALLER_KEY}",
+           "LOCAL_LLM_KEY": PROVIDER_KEY}
     st = Stack(run_dir, config_file=cfg, gateway_port=free_port(), bootstrap_servers=kafka_bootstrap, env=env)
     st.start(echo=lambda *_: None)
     st.receiver = receiver
@@ -81,7 +89,7 @@ def stack(kafka_bootstrap, standin, tmp_path_factory):
 
 @pytest.fixture
 def client(stack):
-    return openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0, timeout=60)
+    return openai.OpenAI(base_url=stack.base_url, api_key=CALLER_KEY, max_retries=0, timeout=60)
 
 
 def first_question():
@@ -155,7 +163,7 @@ def test_models_and_bad_requests(stack, client):
         client.chat.completions.create(model="gpt-5", messages=[{"role": "user", "content": "hi"}])
     assert err.value.code == "model_not_found"
     big = httpx.post(stack.base_url + "/chat/completions", content=b"x" * 1_100_000,
-                     headers={"content-type": "application/json"})
+                     headers={"content-type": "application/json", "authorization": f"Bearer {CALLER_KEY}"})
     assert big.status_code == 413 and "larger than" in big.json()["error"]["message"]
     for path in ("/health/live", "/health/ready", "/metrics"):
         assert httpx.get(stack.base_url.removesuffix("/v1") + path).status_code == 200
@@ -188,3 +196,47 @@ async def test_malformed_records_go_to_the_dead_letter_topic_and_consumers_go_on
     # The responses topic is read by two groups; each dead-letters its copy. Everyone still works:
     completion = client.chat.completions.create(model="baton", messages=[{"role": "user", "content": "Still there?"}])
     assert completion.choices[0].message.content.startswith("[local-model] saw:")
+
+
+def test_callers_need_a_key_and_no_key_ever_shows(stack, client):
+    wrong = openai.OpenAI(base_url=stack.base_url, api_key="wrong-key", max_retries=0)
+    with pytest.raises(openai.AuthenticationError) as err:
+        wrong.chat.completions.create(model="baton", messages=[{"role": "user", "content": "hi"}])
+    assert err.value.code == "invalid_api_key"
+    missing = httpx.post(stack.base_url + "/chat/completions", json={"model": "baton", "messages": []})
+    assert missing.status_code == 401 and "Authorization: Bearer" in missing.json()["error"]["message"]
+    assert httpx.get(stack.base_url + "/models").status_code == 401
+    client.chat.completions.create(model="baton", messages=[{"role": "user", "content": "once more"}])
+    time.sleep(1)  # let the services' span exporters flush
+    logs = "".join(p.read_text(errors="replace") for p in (stack.run_dir / "logs").glob("*.log"))
+    spans = json.dumps([{k: str(v) for k, v in s.items()} for s in stack.receiver.spans])
+    for secret in (CALLER_KEY, PROVIDER_KEY):
+        assert secret not in logs and secret not in spans
+
+
+async def test_feedback_and_published_policies_reach_the_suite(stack, client):
+    from baton.v1 import feedback_pb2, policy_pb2
+
+    consumer = AIOKafkaConsumer(topics.FEEDBACK, bootstrap_servers=stack.bootstrap_servers,
+                                auto_offset_reset="earliest", group_id=None)
+    await consumer.start()
+    try:
+        r = httpx.post(stack.base_url + "/feedback", json={"response_id": "chatcmpl-r42", "score": 0.5},
+                       headers={"authorization": f"Bearer {CALLER_KEY}"})
+        assert r.status_code == 202
+        bad = httpx.post(stack.base_url + "/feedback", json={"response_id": "r42", "score": 9},
+                         headers={"authorization": f"Bearer {CALLER_KEY}"})
+        assert bad.status_code == 400 and "score" in bad.json()["error"]["message"]
+        record = await asyncio.wait_for(consumer.getone(), 20)
+        fb = feedback_pb2.Feedback.FromString(record.value)
+        assert (record.key, fb.response_id, fb.score) == (b"r42", "r42", 0.5)
+    finally:
+        await consumer.stop()
+    producer = AIOKafkaProducer(bootstrap_servers=stack.bootstrap_servers)
+    await producer.start()
+    try:
+        update = policy_pb2.PolicyUpdate(name="baton", version="baton-v2", kind="fast", uri="file:///policies/v2")
+        await producer.send_and_wait(topics.POLICY, update.SerializeToString(), key=b"baton")
+    finally:
+        await producer.stop()
+    assert wait_for(lambda: "baton-v2" in [m.id for m in client.models.list().data], 20)

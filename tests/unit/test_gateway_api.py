@@ -49,3 +49,14 @@ def test_a_budget_rides_in_openai_metadata():
         budget_from({"baton_max_calls": "three"})
     with pytest.raises(ApiError, match="must be positive"):
         budget_from({"baton_max_cost_usd": "-1"})
+
+
+def test_feedback_is_validated_and_joins_on_the_request_id():
+    from baton_gateway.api import parse_feedback
+
+    fb = parse_feedback(json.dumps({"response_id": "chatcmpl-abc", "score": 1, "comment": "good"}).encode())
+    assert fb.response_id == "abc" and fb.score == 1.0 and fb.comment == "good"
+    with pytest.raises(ApiError, match="score"):
+        parse_feedback(json.dumps({"response_id": "x", "score": 5}).encode())
+    with pytest.raises(ApiError, match="response_id"):
+        parse_feedback(b'{"score": 0}')

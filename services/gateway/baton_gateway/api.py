@@ -6,7 +6,7 @@ import json
 import time
 from typing import Any, Literal
 
-from baton.v1 import common_pb2, responses_pb2
+from baton.v1 import common_pb2, feedback_pb2, responses_pb2
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 DEFAULT_POLICY = "baton"
@@ -69,6 +69,24 @@ class ChatCompletionRequest(BaseModel):
         if not any(m.role == "user" and m.text().strip() for m in messages):
             raise ValueError("messages must include a non-empty user message")
         return messages
+
+
+class FeedbackIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    response_id: str = Field(min_length=1, max_length=200, description="The completion's id (chatcmpl-...) or request id.")
+    score: float = Field(ge=-1, le=1, description="-1 (bad) to 1 (good).")
+    comment: str = Field(default="", max_length=4000)
+
+
+def parse_feedback(raw: bytes) -> feedback_pb2.Feedback:
+    try:
+        fb = FeedbackIn.model_validate_json(raw)
+    except ValidationError as e:
+        first = e.errors()[0]
+        param = ".".join(str(p) for p in first["loc"]) or None
+        raise ApiError(400, f"invalid feedback: {param}: {first['msg']}", param=param) from None
+    return feedback_pb2.Feedback(response_id=fb.response_id.removeprefix("chatcmpl-"), score=fb.score,
+                                 comment=fb.comment, created_unix_ms=int(time.time() * 1000))
 
 
 def parse_chat_request(raw: bytes, known_models: set[str]) -> ChatCompletionRequest:

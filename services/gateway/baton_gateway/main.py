@@ -10,7 +10,7 @@ import os
 import time
 import uuid
 
-from baton.v1 import common_pb2, requests_pb2, responses_pb2
+from baton.v1 import common_pb2, feedback_pb2, policy_pb2, requests_pb2, responses_pb2
 from faststream import AckPolicy
 from faststream.kafka import KafkaMessage
 from opentelemetry import propagate, trace
@@ -29,7 +29,7 @@ from baton_platform.messages import DeadLetters, PoisonMessage, decode, encode
 from baton_platform.telemetry import setup_tracing
 
 from baton_gateway.api import (DEFAULT_POLICY, ApiError, budget_from, completion_body, parse_chat_request,
-                               stream_chunks, summary_header)
+                               parse_feedback, stream_chunks, summary_header)
 from baton_gateway.replies import Replies
 
 SERVICE_NAME = "baton-gateway"
@@ -48,6 +48,8 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
     replies = Replies()
     gw = config.gateway
     api_keys = _api_keys()
+    # The policies a client may ask for by `model`: the default plus every version published on
+    # baton.policy (a small compacted topic every replica reads whole).
     models = {DEFAULT_POLICY}
 
     requests_total = Counter("baton_gateway_requests", "Chat requests", ["status"], registry=registry)
@@ -65,6 +67,16 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
             await dead_letters.send(msg, str(e))
             return
         replies.deliver(response)
+
+    @broker.subscriber(topics.POLICY, auto_offset_reset="earliest", ack_policy=AckPolicy.ACK_FIRST)
+    async def on_policy(msg: KafkaMessage) -> None:
+        try:
+            update = decode(policy_pb2.PolicyUpdate, msg.body)
+        except PoisonMessage as e:
+            await dead_letters.send(msg, str(e))
+            return
+        if update.version:
+            models.add(update.version)
 
     def authorize(request: Request) -> None:
         if not api_keys:
@@ -143,6 +155,15 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
                 return StreamingResponse(sse(), media_type="text/event-stream", headers=headers)
             return JSONResponse(completion_body(request_id, req.model, response), headers=headers)
 
+    async def feedback(request: Request) -> Response:
+        try:
+            authorize(request)
+            fb = parse_feedback(await read_body(request))
+            await broker.publish(encode(fb), topics.FEEDBACK, key=fb.response_id.encode())
+        except ApiError as e:
+            return JSONResponse(e.body(), status_code=e.status)
+        return JSONResponse({"object": "feedback", "response_id": fb.response_id, "accepted": True}, status_code=202)
+
     async def list_models(request: Request) -> Response:
         try:
             authorize(request)
@@ -166,6 +187,7 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
     return Starlette(routes=[
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/models", list_models, methods=["GET"]),
+        Route("/v1/feedback", feedback, methods=["POST"]),
         Route("/health/live", live_endpoint(), methods=["GET"]),
         Route("/health/ready", ready_endpoint([lambda: broker_ready(broker), replies_ready]), methods=["GET"]),
         Route("/metrics", metrics_endpoint(registry), methods=["GET"]),
