@@ -8,10 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_CONFIG = REPO / "config" / "baton.yaml"
-ROUTING_DATA = (REPO.parent / "shared" / "data" / "routing").resolve()
-MMLU_PRO = ROUTING_DATA / "mmlu_pro_dev.csv"
+from testbed import default_config_data
 
 
 @pytest.fixture(scope="session")
@@ -20,14 +17,6 @@ def kafka_bootstrap() -> str:
 
     with kafka_for_tests() as bootstrap:
         yield bootstrap
-
-
-def default_config_data() -> dict:
-    data = yaml.safe_load(DEFAULT_CONFIG.read_text())
-    for w in data["workers"]:
-        if w.get("sim"):
-            w["sim"]["dataset"] = str(MMLU_PRO)
-    return data
 
 
 @pytest.fixture

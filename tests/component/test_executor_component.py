@@ -14,7 +14,7 @@ from baton_executor.main import create_app
 from baton_platform import topics
 from baton_platform.config import load_config
 from baton_platform.telemetry import setup_tracing
-from conftest import MMLU_PRO
+from testbed import MMLU_PRO
 
 
 async def wait_for(predicate, timeout=5.0):

@@ -18,7 +18,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from baton_devtools.stack import Stack, free_port
 from baton_platform import topics
-from conftest import MMLU_PRO, default_config_data
+from testbed import MMLU_PRO, default_config_data
 from e2e.otlp import OtlpReceiver
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kafka]

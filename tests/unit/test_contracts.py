@@ -4,7 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import REPO
+from testbed import REPO
 
 
 def test_generated_contracts_are_fresh(tmp_path):

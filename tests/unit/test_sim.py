@@ -6,7 +6,7 @@ import pytest
 
 from baton_executor.providers.base import ProviderCall
 from baton_executor.sim import OutcomeMatrix, SimProvider
-from conftest import MMLU_PRO
+from testbed import MMLU_PRO
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ class Clock:
 
 
 def setup(write_config, plan: Plan, step_timeout=60.0, fallback=None, budget=None, synthesizer=None):
-    from conftest import default_config_data
+    from testbed import default_config_data
 
     data = default_config_data()
     if fallback:

@@ -1,0 +1,21 @@
+"""Paths and config data the tests share (imported by name: conftest modules cannot be)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_CONFIG = REPO / "config" / "baton.yaml"
+ROUTING_DATA = (REPO.parent / "shared" / "data" / "routing").resolve()
+MMLU_PRO = ROUTING_DATA / "mmlu_pro_dev.csv"
+
+
+
+def default_config_data() -> dict:
+    data = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    for w in data["workers"]:
+        if w.get("sim"):
+            w["sim"]["dataset"] = str(MMLU_PRO)
+    return data
