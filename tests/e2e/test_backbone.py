@@ -152,6 +152,15 @@ def test_streaming_returns_openai_chunks_with_usage(stack, client):
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text.startswith("[local-model] saw:")
     assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens > 0
+    # Workflow progress rides along as SSE comments, which the client above never saw.
+    body = {"model": "baton", "stream": True, "messages": [{"role": "user", "content": first_question()["prompt"]}]}
+    with httpx.stream("POST", stack.base_url + "/chat/completions", json=body, timeout=60,
+                      headers={"authorization": f"Bearer {CALLER_KEY}"}) as r:
+        lines = [line for line in r.iter_lines() if line]
+    progress = [line for line in lines if line.startswith(": baton step")]
+    assert ": baton step 1/3 gemini-flash started" in progress
+    assert ": baton step 3/3 local-llm completed" in progress
+    assert lines[-1] == "data: [DONE]"
 
 
 def test_models_and_bad_requests(stack, client):

@@ -135,3 +135,17 @@ def test_a_cost_budget_from_config_or_request_whichever_is_tighter(write_config)
     wf.on_completed("r1", completed(0, "x", cost=0.5))
     (finish,) = wf.advance(run)
     assert finish.response.error.code == "budget_exceeded" and "$0.400000" in finish.response.error.message
+
+
+def test_streaming_requests_get_progress_notes(write_config):
+    from baton_synthesizer.workflows import Notify
+
+    plan = Plan(workers=["gemini-pro", "gemini-flash"], subtasks=["a", "b"], access=[[], [0]])
+    wf, run, _ = setup(write_config, plan)
+    run.request.stream = True
+    first = wf.advance(run)
+    assert [type(a).__name__ for a in first] == ["Dispatch", "Notify"]
+    assert first[1].response.progress.state == "started" and first[1].response.progress.steps == 2
+    wf.on_completed("r1", completed(0, "x"))
+    notes = [a.response.progress for a in wf.advance(run) if isinstance(a, Notify)]
+    assert [(p.step, p.state) for p in notes] == [(0, "completed"), (1, "started")]

@@ -165,18 +165,31 @@ def usage_body(total) -> dict[str, int]:
             "total_tokens": total.input_tokens + total.output_tokens}
 
 
-def stream_chunks(request_id: str, model: str, response: responses_pb2.Response, include_usage: bool) -> list[dict]:
-    """OpenAI chat.completion.chunk objects for a finished answer."""
-    base = {"id": f"chatcmpl-{request_id}", "object": "chat.completion.chunk", "created": int(time.time()),
+def _chunk_base(request_id: str, model: str) -> dict[str, Any]:
+    return {"id": f"chatcmpl-{request_id}", "object": "chat.completion.chunk", "created": int(time.time()),
             "model": model}
+
+
+def opening_chunk(request_id: str, model: str) -> dict[str, Any]:
+    """Sent at once, so a streaming client sees the response start while the workflow runs."""
+    return {**_chunk_base(request_id, model),
+            "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
+
+
+def stream_chunks(request_id: str, model: str, response: responses_pb2.Response, include_usage: bool) -> list[dict]:
+    """The chunks that follow the opening one once the answer is known."""
+    base = _chunk_base(request_id, model)
     chunks = [
-        {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]},
         {**base, "choices": [{"index": 0, "delta": {"content": response.answer}, "finish_reason": None}]},
         {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
     ]
     if include_usage:
         chunks.append({**base, "choices": [], "usage": usage_body(response.episode.total)})
     return chunks
+
+
+def sse(payload: dict[str, Any]) -> str:
+    return f"data: {json.dumps(payload)}\n\n"
 
 
 def summary_header(response: responses_pb2.Response) -> str:

@@ -28,8 +28,8 @@ from baton_platform.kafka import consumer_options, make_broker
 from baton_platform.messages import DeadLetters, PoisonMessage, decode, encode
 from baton_platform.telemetry import setup_tracing
 
-from baton_gateway.api import (DEFAULT_POLICY, ApiError, budget_from, completion_body, parse_chat_request,
-                               parse_feedback, stream_chunks, summary_header)
+from baton_gateway.api import (DEFAULT_POLICY, ApiError, budget_from, completion_body, opening_chunk,
+                               parse_chat_request, parse_feedback, sse, stream_chunks, summary_header)
 from baton_gateway.replies import Replies
 
 SERVICE_NAME = "baton-gateway"
@@ -123,18 +123,24 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
                 if req.temperature is not None:
                     msg.temperature = req.temperature
                 msg.budget.CopyFrom(budget_from(req.metadata or {}))
+                msg.stream = req.stream
                 waiter = replies.expect(request_id)
                 try:
                     await broker.publish(encode(msg), topics.REQUESTS, key=request_id.encode())
-                    response = await asyncio.wait_for(waiter, gw.request_timeout_s)
-                except asyncio.TimeoutError:
-                    raise ApiError(504, f"no answer within {gw.request_timeout_s:g} s (request {request_id})",
-                                   type="timeout", code="timeout") from None
-                finally:
+                except Exception as e:  # noqa: BLE001 - the broker is unreachable: say so, keep nothing
                     replies.abandon(request_id)
-                if response.WhichOneof("outcome") == "error":
-                    raise ApiError(502, f"the workflow failed: {response.error.message} (request {request_id})",
-                                   type="upstream_error", code=response.error.code)
+                    raise ApiError(503, f"the request could not be queued ({type(e).__name__}); retry shortly",
+                                   type="service_unavailable") from None
+            except ApiError as e:
+                requests_total.labels(str(e.status)).inc()
+                span.set_attribute("http.response.status_code", e.status)
+                return JSONResponse(e.body(), status_code=e.status)
+            deadline = time.monotonic() + gw.request_timeout_s
+            if req.stream:
+                return StreamingResponse(stream(req, request_id, waiter, deadline), media_type="text/event-stream",
+                                         headers={"x-baton-request-id": request_id})
+            try:
+                response = await final_response(request_id, waiter, deadline)
             except ApiError as e:
                 requests_total.labels(str(e.status)).inc()
                 span.set_attribute("http.response.status_code", e.status)
@@ -143,17 +149,50 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
             requests_total.labels("200").inc()
             latency.observe(time.perf_counter() - started)
             headers = {"x-baton-request-id": request_id, "x-baton-workflow": summary_header(response)}
-            if req.stream:
-                include_usage = bool(req.stream_options and req.stream_options.include_usage)
-                chunks = stream_chunks(request_id, req.model, response, include_usage)
-
-                async def sse():
-                    for c in chunks:
-                        yield f"data: {json.dumps(c)}\n\n"
-                    yield "data: [DONE]\n\n"
-
-                return StreamingResponse(sse(), media_type="text/event-stream", headers=headers)
             return JSONResponse(completion_body(request_id, req.model, response), headers=headers)
+
+    async def next_response(request_id: str, waiter: asyncio.Queue, deadline: float) -> responses_pb2.Response:
+        try:
+            return await asyncio.wait_for(waiter.get(), max(0.0, deadline - time.monotonic()))
+        except asyncio.TimeoutError:
+            replies.abandon(request_id)
+            raise ApiError(504, f"no answer within {gw.request_timeout_s:g} s (request {request_id})",
+                           type="timeout", code="timeout") from None
+
+    def check_final(request_id: str, response: responses_pb2.Response) -> responses_pb2.Response:
+        if response.WhichOneof("outcome") == "error":
+            raise ApiError(502, f"the workflow failed: {response.error.message} (request {request_id})",
+                           type="upstream_error", code=response.error.code)
+        return response
+
+    async def final_response(request_id: str, waiter: asyncio.Queue, deadline: float) -> responses_pb2.Response:
+        while True:
+            response = await next_response(request_id, waiter, deadline)
+            if response.WhichOneof("outcome") != "progress":
+                return check_final(request_id, response)
+
+    async def stream(req, request_id: str, waiter: asyncio.Queue, deadline: float):
+        """OpenAI chat.completion.chunk events; workflow progress travels as SSE comments, which
+        standard parsers skip."""
+        yield sse(opening_chunk(request_id, req.model))
+        try:
+            while True:
+                response = await next_response(request_id, waiter, deadline)
+                if response.WhichOneof("outcome") != "progress":
+                    break
+                p = response.progress
+                yield f": baton step {p.step + 1}/{p.steps} {p.worker} {p.state}\n\n"
+            check_final(request_id, response)
+        except ApiError as e:
+            requests_total.labels(str(e.status)).inc()
+            yield sse(e.body())
+            yield "data: [DONE]\n\n"
+            return
+        requests_total.labels("200").inc()
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        for chunk in stream_chunks(request_id, req.model, response, include_usage):
+            yield sse(chunk)
+        yield "data: [DONE]\n\n"
 
     async def feedback(request: Request) -> Response:
         try:

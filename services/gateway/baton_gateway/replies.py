@@ -16,7 +16,7 @@ from baton.v1 import responses_pb2
 
 class Replies(ConsumerRebalanceListener):
     def __init__(self) -> None:
-        self._pending: dict[str, asyncio.Future[responses_pb2.Response]] = {}
+        self._pending: dict[str, asyncio.Queue[responses_pb2.Response]] = {}
         self._partitions: list[int] = []
         self._turn = itertools.count()
 
@@ -35,20 +35,24 @@ class Replies(ConsumerRebalanceListener):
         parts = self._partitions
         return parts[next(self._turn) % len(parts)] if parts else None
 
-    def expect(self, request_id: str) -> asyncio.Future[responses_pb2.Response]:
-        fut = asyncio.get_running_loop().create_future()
-        self._pending[request_id] = fut
-        return fut
+    def expect(self, request_id: str) -> asyncio.Queue[responses_pb2.Response]:
+        """A queue that receives the request's progress responses, then its final one."""
+        queue: asyncio.Queue[responses_pb2.Response] = asyncio.Queue()
+        self._pending[request_id] = queue
+        return queue
 
     def abandon(self, request_id: str) -> None:
         self._pending.pop(request_id, None)
 
     def deliver(self, response: responses_pb2.Response) -> bool:
-        """Hand a response to its waiter; the first one wins, duplicates and strays are dropped."""
-        fut = self._pending.pop(response.request_id, None)
-        if fut is None or fut.done():
+        """Hand a response to its waiter. After the final one the request is forgotten, so a
+        duplicate final response (a redelivery) and strays for other replicas are dropped."""
+        queue = self._pending.get(response.request_id)
+        if queue is None:
             return False
-        fut.set_result(response)
+        if response.WhichOneof("outcome") != "progress":
+            del self._pending[response.request_id]
+        queue.put_nowait(response)
         return True
 
     @property

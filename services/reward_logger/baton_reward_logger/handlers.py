@@ -58,6 +58,9 @@ class RewardLoggerWiring(ConsumerRebalanceListener):
             await self.service.dead_letters.send(msg, str(e))
             self.tracker.finish(tp, raw.offset)
             return
+        if response.WhichOneof("outcome") == "progress":
+            self.tracker.finish(tp, raw.offset)  # not an episode: only final responses are
+            return
         async with self._lock:
             self._buffers.setdefault(tp, []).append(Record(raw.partition, raw.offset, response))
             self._since.setdefault(tp, time.monotonic())

@@ -25,7 +25,7 @@ from baton_platform.messages import PoisonMessage, decode, encode
 from baton_platform.offsets import CommitPacer, OffsetTracker
 from baton_platform.service import Service
 
-from baton_synthesizer.workflows import Action, Dispatch, Finish, Run, Workflows
+from baton_synthesizer.workflows import Action, Dispatch, Finish, Notify, Run, Workflows
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +149,10 @@ class SynthesizerWiring:
                     await self.service.broker.publish(encode(action.task), topics.tasks_topic(action.provider),
                                                       key=action.task.request_id.encode())
                     self._dispatched.labels(action.provider).inc()
+                elif isinstance(action, Notify):
+                    await self.service.broker.publish(encode(action.response), topics.RESPONSES,
+                                                      key=action.response.request_id.encode(),
+                                                      partition=action.reply_partition)
                 elif isinstance(action, Finish):
                     await self.service.broker.publish(encode(action.response), topics.RESPONSES,
                                                       key=action.response.request_id.encode(),

@@ -30,7 +30,15 @@ class Finish:
     reply_partition: int
 
 
-Action = Dispatch | Finish
+@dataclass(frozen=True)
+class Notify:
+    """A non-final progress response, for clients that stream."""
+
+    response: responses_pb2.Response
+    reply_partition: int
+
+
+Action = Dispatch | Finish | Notify
 
 
 def _tightest(*limits: float) -> float:
@@ -58,6 +66,7 @@ class Run:
     attempts: dict[int, int] = field(default_factory=dict)
     dispatched_ms: dict[int, int] = field(default_factory=dict)
     errors: dict[int, common_pb2.Error] = field(default_factory=dict)
+    newly_done: list[int] = field(default_factory=list)
     finished: bool = False
 
     @property
@@ -90,6 +99,7 @@ class Workflows:
             return None
         self._note_attempt(run, completed.step, completed.attempt, completed.worker)
         run.done[completed.step] = completed
+        run.newly_done.append(completed.step)
         return run
 
     def on_failed(self, request_id: str, failed: workflow_pb2.StepFailed) -> Run | None:
@@ -125,11 +135,16 @@ class Workflows:
         ready steps dispatched, or the answer once every step is done."""
         if run.finished:
             return []
+        notes = self._progress(run, [(i, "completed") for i in run.newly_done])
+        run.newly_done.clear()
+        return notes + self._decide(run)
+
+    def _decide(self, run: Run) -> list[Action]:
         for step, error in sorted(run.errors.items()):
             fallback = self._config.worker(run.workers[step]).fallback
             if fallback and fallback != run.workers[step] and run.attempts[step] < 2:
                 del run.errors[step]
-                return [self._dispatch(run, step, fallback, run.attempts[step] + 1)] + self.advance(run)
+                return [self._dispatch(run, step, fallback, run.attempts[step] + 1)] + self._decide(run)
             return [self._finish(run, error=common_pb2.Error(
                 code="step_failed",
                 message=f"step {step + 1} ({run.workers[step]}) failed: {error.message}"))]
@@ -139,7 +154,16 @@ class Workflows:
         over = self._over_budget(run, len(ready))
         if over:
             return [self._finish(run, error=common_pb2.Error(code="budget_exceeded", message=over))]
-        return [self._dispatch(run, i, run.plan.workers[i], 1) for i in ready]
+        dispatches = [self._dispatch(run, i, run.plan.workers[i], 1) for i in ready]
+        return dispatches + self._progress(run, [(d.task.step, "started") for d in dispatches])
+
+    def _progress(self, run: Run, changes: list[tuple[int, str]]) -> list[Action]:
+        if not run.request.stream:
+            return []
+        rid = run.request.request_id
+        return [Notify(responses_pb2.Response(request_id=rid, progress=responses_pb2.Progress(
+            step=i, steps=run.plan.steps, worker=run.workers.get(i, run.plan.workers[i]), state=state)),
+            run.request.reply_partition) for i, state in changes]
 
     def _over_budget(self, run: Run, new_calls: int) -> str | None:
         """Why dispatching `new_calls` more steps would break the request's budget, if it would."""

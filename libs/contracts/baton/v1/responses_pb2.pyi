@@ -45,16 +45,30 @@ class Episode(_message.Message):
     latency_ms: float
     def __init__(self, request: _Optional[_Union[_requests_pb2.ChatRequest, _Mapping]] = ..., plan: _Optional[_Union[_workflow_pb2.Plan, _Mapping]] = ..., steps: _Optional[_Iterable[_Union[StepRecord, _Mapping]]] = ..., total: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., latency_ms: _Optional[float] = ...) -> None: ...
 
+class Progress(_message.Message):
+    __slots__ = ("step", "steps", "worker", "state")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    step: int
+    steps: int
+    worker: str
+    state: str
+    def __init__(self, step: _Optional[int] = ..., steps: _Optional[int] = ..., worker: _Optional[str] = ..., state: _Optional[str] = ...) -> None: ...
+
 class Response(_message.Message):
-    __slots__ = ("request_id", "answer", "error", "episode", "completed_unix_ms")
+    __slots__ = ("request_id", "answer", "error", "progress", "episode", "completed_unix_ms")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     ANSWER_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
     EPISODE_FIELD_NUMBER: _ClassVar[int]
     COMPLETED_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     answer: str
     error: _common_pb2.Error
+    progress: Progress
     episode: Episode
     completed_unix_ms: int
-    def __init__(self, request_id: _Optional[str] = ..., answer: _Optional[str] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ..., episode: _Optional[_Union[Episode, _Mapping]] = ..., completed_unix_ms: _Optional[int] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., answer: _Optional[str] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ..., episode: _Optional[_Union[Episode, _Mapping]] = ..., completed_unix_ms: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,145 @@
+"""The shape a conductor model writes, as a bounded schema for constrained decoding, and its parser.
+
+The model writes the Conductor paper's three lists and names workers by their index in the pool:
+
+    {"model_id": [1, 0], "subtasks": ["...", "..."], "access_list": [[], [0]]}
+
+Two constraints are derived from the same bounds:
+
+- a JSON schema (from a pydantic model) for servers that take `response_format` or vLLM's
+  `StructuredOutputsParams(json=...)`. JSON Schema cannot say that the three lists have one length,
+  nor that a step reads only earlier steps, so plans decoded under it can still fail validation.
+- an EBNF grammar for xgrammar with one alternative per plan length, which enforces both. Without
+  bounds a small model writes until `max_new_tokens` and the JSON is cut off, so every string and
+  list is bounded in both.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+from baton_workflow import Plan
+
+PLAN_KEYS = ("model_id", "subtasks", "access_list")
+
+
+class ConductorOutputError(ValueError):
+    """The conductor's text is not a plan. Carries what was sampled so the episode can still be logged."""
+
+    def __init__(self, message: str, text: str = "", token_logprobs: list[float] | None = None,
+                 propensity: float = 0.0, policy_version: str = "") -> None:
+        super().__init__(message)
+        self.text = text
+        self.token_logprobs = list(token_logprobs or [])
+        self.propensity = propensity
+        self.policy_version = policy_version
+
+
+@dataclass(frozen=True)
+class PlanBounds:
+    """Everything the schema and the grammar depend on."""
+
+    pool_size: int
+    max_steps: int
+    max_subtask_chars: int = 160
+
+    def __post_init__(self) -> None:
+        if self.pool_size < 1:
+            raise ValueError("the worker pool is empty")
+        if self.max_steps < 1:
+            raise ValueError("max_steps must be at least 1")
+        if self.max_subtask_chars < 1:
+            raise ValueError("max_subtask_chars must be at least 1")
+
+
+def plan_model(bounds: PlanBounds) -> type[BaseModel]:
+    """A pydantic model of the conductor's output with every length bounded."""
+    model_id = Annotated[int, Field(ge=0, le=bounds.pool_size - 1)]
+    subtask = Annotated[str, Field(min_length=1, max_length=bounds.max_subtask_chars)]
+    # A step may read at most the steps before it, so an access list has at most max_steps - 1 entries.
+    earlier = Annotated[int, Field(ge=0, le=max(bounds.max_steps - 2, 0))]
+    access = Union[Literal["all"], Annotated[list[earlier], Field(max_length=bounds.max_steps - 1)]]
+    steps = {"min_length": 1, "max_length": bounds.max_steps}
+    return create_model(
+        "ConductorPlan",
+        __config__=ConfigDict(extra="forbid"),
+        model_id=(list[model_id], Field(description="Model number (index in the pool) per step.", **steps)),
+        subtasks=(list[subtask], Field(description="Instruction per step.", **steps)),
+        access_list=(list[access], Field(
+            description='Per step: the earlier steps whose outputs it reads ([] none, or "all").', **steps)),
+    )
+
+
+def plan_json_schema(bounds: PlanBounds) -> dict:
+    """The JSON schema that drives `response_format` / `StructuredOutputsParams(json=...)`."""
+    return plan_model(bounds).model_json_schema()
+
+
+def _alternatives(values: list[str]) -> str:
+    return " | ".join(json.dumps(v) for v in values)
+
+
+def plan_grammar(bounds: PlanBounds) -> str:
+    """An xgrammar EBNF grammar for plans of 1..max_steps steps whose lists have equal length and
+    whose access lists name only earlier steps.
+
+    The text is exactly what `render_plan` writes (one space after separators); subtask strings are
+    1..max_subtask_chars characters, start with a visible character and use no escapes.
+    """
+    n, w, chars = bounds.max_steps, bounds.pool_size, bounds.max_subtask_chars
+    rules = [
+        "root ::= " + " | ".join(f"plan{k}" for k in range(1, n + 1)),
+        f"model ::= {_alternatives([str(i) for i in range(w)])}",
+        # Quotes, backslashes and control characters are excluded, so a subtask needs no escapes.
+        r'subtask ::= "\"" [^"\\\x00-\x20] [^"\\\x00-\x1f]' + f"{{0,{chars - 1}}}" + r' "\""',
+        'access0 ::= "[]"',
+    ]
+    for i in range(1, n):
+        rules.append(f"step{i} ::= {_alternatives([str(j) for j in range(i)])}")
+        rules.append(f'access{i} ::= "[]" | "\\"all\\"" | "[" step{i} ("," " " step{i}){{0,{i - 1}}} "]"')
+    for k in range(1, n + 1):
+        models = ' ", " '.join(["model"] * k)
+        tasks = ' ", " '.join(["subtask"] * k)
+        accesses = ' ", " '.join(f"access{i}" for i in range(k))
+        rules.append(
+            f'plan{k} ::= "{{\\"model_id\\": [" {models} "], \\"subtasks\\": [" {tasks} '
+            f'"], \\"access_list\\": [" {accesses} "]}}"'
+        )
+    return "\n".join(rules) + "\n"
+
+
+def render_plan(model_ids: list[int], subtasks: list[str], access: list) -> str:
+    """The canonical text of a plan, as the grammar spells it (used for the prompt's example)."""
+    return json.dumps({"model_id": model_ids, "subtasks": subtasks, "access_list": access}, ensure_ascii=False)
+
+
+def parse_plan(text: str, worker_names: list[str], bounds: PlanBounds) -> Plan:
+    """The conductor's JSON as a Plan with worker names; ConductorOutputError when it is not one.
+
+    Only the shape and the bounds are checked here. Equal lengths, step count and earlier-only access
+    are the planner's to judge (with `plan_problems`), so a plan that breaks them is still returned
+    and its failure is counted there.
+    """
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConductorOutputError(f"conductor output is not JSON ({e.msg} at {e.pos}): {text[:200]!r}",
+                                   text=text) from None
+    if not isinstance(data, dict):
+        raise ConductorOutputError(f"conductor output is not a JSON object: {text[:200]!r}", text=text)
+    lengths = {k: len(v) for k, v in data.items() if k in PLAN_KEYS and isinstance(v, list)}
+    relaxed = PlanBounds(bounds.pool_size, max(bounds.max_steps, *lengths.values(), 1), bounds.max_subtask_chars)
+    try:
+        parsed = plan_model(relaxed).model_validate(data)
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'plan'}: {err['msg']}" for err in e.errors())
+        raise ConductorOutputError(f"conductor output does not fit the plan schema: {problems}", text=text) from None
+    return Plan(
+        workers=[worker_names[i] for i in parsed.model_id],
+        subtasks=list(parsed.subtasks),
+        access=[a if a == "all" else list(a) for a in parsed.access_list],
+    )
