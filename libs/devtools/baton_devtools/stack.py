@@ -82,6 +82,7 @@ class Stack:
         self.dataset_dir = Path(dataset_dir or self.run_dir / "episodes").resolve()
         self.kafka: kafka_harness.LocalKafka | None = None
         self.services: list[ServiceProc] = []
+        self._children: list[subprocess.Popen] = []
 
     @property
     def state_file(self) -> Path:
@@ -139,7 +140,7 @@ class Stack:
                                     start_new_session=True, cwd=self.run_dir)
         svc.pid = proc.pid
         if not detach:
-            self._children = getattr(self, "_children", []) + [proc]
+            self._children.append(proc)
 
     def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -168,7 +169,7 @@ class Stack:
 
     def stop(self, timeout: float = 20) -> None:
         stop_services([s.pid for s in self.services if s.pid], timeout)
-        for proc in getattr(self, "_children", []):
+        for proc in self._children:
             proc.poll()
         if self.kafka is not None:
             self.kafka.stop()
