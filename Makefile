@@ -7,8 +7,9 @@ UV_VERSION := 0.13.8
 UV := .tools/uv/bin/uv
 PY := .venv/bin/python
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 
-.PHONY: help install proto kafka test test-fast demo up down bench clean
+.PHONY: help install proto kafka helm test test-fast demo up down bench images clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  %-12s %s\n", $$1, $$2}'
@@ -29,11 +30,17 @@ proto: install ## Regenerate libs/contracts from proto/baton/v1
 kafka: install ## Download Apache Kafka's jars from Maven Central (cached)
 	$(PY) -m baton_devtools.kafka fetch
 
-test: install kafka ## The whole suite: unit, component, integration and e2e (starts its own Kafka)
+helm: ## Build the pinned Helm CLI from its Go module into .tools/bin (cached)
+	tools/helm.sh
+
+test: install kafka helm ## The whole suite: unit, component, integration, e2e (starts its own Kafka) and the chart
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-fast: install ## Unit and component tests only (no broker)
 	$(PY) -m pytest -m "not kafka and not e2e" $(PYTEST_ARGS)
+
+bench: install kafka ## Benchmarks: overhead vs LiteLLM, throughput, provider limits (BENCH_ARGS=--quick: ~3 min)
+	$(PY) bench/run.py $(BENCH_ARGS)
 
 demo: install kafka ## Start everything, ask real questions through the gateway, print answers and workflows, stop
 	.venv/bin/baton demo
@@ -43,6 +50,9 @@ up: install kafka ## Start Kafka and every service in the background (gateway on
 
 down: ## Stop everything `make up` started
 	@if [ -x .venv/bin/baton ]; then .venv/bin/baton down; else echo "nothing to stop"; fi
+
+images: ## Build the container images (needs a Docker engine)
+	docker/build.sh
 
 clean: down ## Remove local state (episodes, logs, broker data)
 	rm -rf .baton

@@ -7,10 +7,8 @@ import os
 import sys
 from pathlib import Path
 
-from baton_platform import topics
 from baton_platform.config import ConfigError, load_config
 
-from baton_devtools import kafka as kafka_harness
 from baton_devtools.stack import REPO_ROOT, Stack, config_path, down
 
 RUN_DIR = Path(os.environ.get("BATON_RUN_DIR") or REPO_ROOT / ".baton" / "run")
@@ -47,15 +45,6 @@ def cmd_demo(args) -> int:
     return 0
 
 
-def cmd_topics(args) -> int:
-    config = load_config(args.config)
-    counts, configs = topics.topic_plan(config.kafka.partitions, config.providers)
-    kafka_harness.create_topics(config.kafka.bootstrap_servers, counts, config=configs)
-    for name, n in sorted(counts.items()):
-        print(f"{name}: {n} partition(s)")
-    return 0
-
-
 def cmd_check_config(args) -> int:
     config = load_config(args.config)
     print(f"ok: {len(config.workers)} workers, providers {', '.join(config.providers)}, "
@@ -71,9 +60,6 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("demo", help="start everything, ask real questions, print answers and workflows, stop")
     p.add_argument("--questions", type=int, default=8)
     p.set_defaults(fn=cmd_demo)
-    p = sub.add_parser("topics", help="create the suite's topics on the configured cluster")
-    p.add_argument("--config", default=None, help="defaults to BATON_CONFIG")
-    p.set_defaults(fn=cmd_topics)
     p = sub.add_parser("check-config", help="validate a configuration file")
     p.add_argument("--config", default=None, help="defaults to BATON_CONFIG")
     p.set_defaults(fn=cmd_check_config)

@@ -70,7 +70,6 @@ _MARKER = "READY.json"
 
 _NODE_ID = 1
 _MIN_JAVA = 17
-_TOPIC_ALREADY_EXISTS = 36
 
 _T = TypeVar("_T")
 
@@ -728,72 +727,10 @@ async def acreate_topics(
     config: dict[str, dict[str, str]] | None = None,
     timeout: float = 30,
 ) -> None:
-    """Create topics (replication 1) and wait until every partition has a leader.
+    """Create topics (replication 1) on a development broker and wait for their leaders."""
+    from baton_platform.admin import create_topics as create
 
-    Topics that already exist are left as they are, whatever their partition count or config.
-    """
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-    from aiokafka.errors import for_code
-
-    config = config or {}
-    stray = set(config) - set(topics)
-    if stray:
-        raise ValueError(f"config given for topics that are not created: {sorted(stray)}")
-    if not topics:
-        return
-    deadline = time.monotonic() + timeout
-    admin = AIOKafkaAdminClient(
-        bootstrap_servers=bootstrap_servers, request_timeout_ms=max(1000, int(timeout * 1000))
-    )
-    await asyncio.wait_for(admin.start(), timeout)
-    try:
-        pending = dict(topics)
-        while pending:
-            response = await admin.create_topics(
-                [
-                    NewTopic(name, partitions, 1, topic_configs=dict(config.get(name, {})))
-                    for name, partitions in pending.items()
-                ],
-                timeout_ms=max(1000, int((deadline - time.monotonic()) * 1000)),
-            )
-            retry: dict[str, int] = {}
-            failures: list[str] = []
-            for entry in response.topic_errors:
-                name, code = entry[0], entry[1]
-                message = entry[2] if len(entry) > 2 else None
-                if code in (0, _TOPIC_ALREADY_EXISTS):
-                    continue
-                error = for_code(code)
-                if error.retriable and time.monotonic() < deadline:
-                    retry[name] = pending[name]
-                else:
-                    failures.append(f"{name}: {error.__name__} ({message or code})")
-            if failures:
-                raise KafkaHarnessError("could not create topics: " + "; ".join(failures))
-            pending = retry
-            if pending:
-                await asyncio.sleep(0.2)
-        await _wait_for_leaders(admin, list(topics), deadline)
-    finally:
-        await admin.close()
-
-
-async def _wait_for_leaders(admin: Any, names: list[str], deadline: float) -> None:
-    while True:
-        described = await admin.describe_topics(names)
-        ready = {
-            t["topic"]
-            for t in described
-            if t.get("error_code") == 0
-            and t.get("partitions")
-            and all(p.get("leader", -1) >= 0 for p in t["partitions"])
-        }
-        missing = [n for n in names if n not in ready]
-        if not missing:
-            return
-        if time.monotonic() >= deadline:
-            raise KafkaHarnessError(f"topics without partition leaders after the timeout: {missing}")
-        await asyncio.sleep(0.1)
+    await create({"bootstrap_servers": bootstrap_servers}, topics, config=config, timeout=timeout)
 
 
 def create_topics(

@@ -1,0 +1,272 @@
+{{/*
+Names, labels and images.
+*/}}
+{{- define "baton.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "baton.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The name of one component's resources: `<fullname>-<component>`. Call with (dict "root" $ "component" "gateway"). */}}
+{{- define "baton.componentName" -}}
+{{- printf "%s-%s" (include "baton.fullname" .root | trunc 40 | trimSuffix "-") .component | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "baton.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Selector labels of one component. Call with (dict "root" $ "component" "gateway"). */}}
+{{- define "baton.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "baton.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+{{- with .component }}
+app.kubernetes.io/component: {{ . }}
+{{- end }}
+{{- end -}}
+
+{{/* Every label of one component's resources. Call with (dict "root" $ "component" "gateway"). */}}
+{{- define "baton.labels" -}}
+helm.sh/chart: {{ include "baton.chart" .root }}
+{{ include "baton.selectorLabels" . }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/part-of: baton
+{{- with .root.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* An image reference; a digest wins over a tag. Call with (dict "root" $ "image" .Values.image). */}}
+{{- define "baton.image" -}}
+{{- $repo := .image.repository -}}
+{{- if .image.registry -}}
+{{- $repo = printf "%s/%s" .image.registry .image.repository -}}
+{{- end -}}
+{{- if .image.digest -}}
+{{- printf "%s@%s" $repo .image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $repo (default .root.Chart.AppVersion .image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "baton.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "baton.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Deep merge of `over` onto `base`, returned as JSON. Sprig's merge treats false and 0 as unset,
+which would make `autoscaling.enabled: false` or `minReplicaCount: 0` in an executor entry vanish.
+*/}}
+{{- define "baton.mergeValues" -}}
+{{- $out := deepCopy .base -}}
+{{- range $k, $v := .over -}}
+{{- $cur := get $out $k -}}
+{{- if and (kindIs "map" $v) (kindIs "map" $cur) -}}
+{{- $_ := set $out $k (include "baton.mergeValues" (dict "base" $cur "over" $v) | fromJson) -}}
+{{- else -}}
+{{- $_ := set $out $k $v -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+
+{{/* A provider as it may appear in a resource name (openai_compatible -> openai-compatible). */}}
+{{- define "baton.providerSlug" -}}
+{{- . | replace "_" "-" | lower -}}
+{{- end -}}
+
+{{/*
+The executors with executorDefaults merged in, as JSON {"items": [...]}; each item also carries
+`component` (executor-<provider>) and `name` (its resources' name).
+*/}}
+{{- define "baton.executors" -}}
+{{- $items := list -}}
+{{- range $entry := .Values.executors -}}
+{{- $e := include "baton.mergeValues" (dict "base" $.Values.executorDefaults "over" $entry) | fromJson -}}
+{{- $component := printf "executor-%s" (include "baton.providerSlug" $entry.provider) -}}
+{{- $_ := set $e "component" $component -}}
+{{- $_ := set $e "name" (include "baton.componentName" (dict "root" $ "component" $component)) -}}
+{{- $items = append $items $e -}}
+{{- end -}}
+{{- toJson (dict "items" $items) -}}
+{{- end -}}
+
+{{/* Where the configuration file is mounted in every pod. */}}
+{{- define "baton.configDir" -}}/etc/baton{{- end -}}
+{{- define "baton.configPath" -}}/etc/baton/baton.yaml{{- end -}}
+{{- define "baton.kafkaCaDir" -}}/etc/baton/kafka-ca{{- end -}}
+{{/* The variable the SASL password is read from (kafka.sasl_password_env). */}}
+{{- define "baton.saslPasswordEnv" -}}KAFKA_SASL_PASSWORD{{- end -}}
+
+{{- define "baton.kafkaUsesSasl" -}}
+{{- if hasPrefix "SASL_" .Values.kafka.securityProtocol -}}true{{- end -}}
+{{- end -}}
+
+{{- define "baton.kafkaUsesTls" -}}
+{{- if has .Values.kafka.securityProtocol (list "SSL" "SASL_SSL") -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+Container env every Baton service shares: the config path, the SASL password and OTEL_* wiring.
+The services name themselves (OTEL_SERVICE_NAME is left to the code). Call with (dict "root" $).
+*/}}
+{{- define "baton.commonEnv" -}}
+{{- $root := .root -}}
+- name: BATON_CONFIG
+  value: {{ include "baton.configPath" $root | quote }}
+{{- if include "baton.kafkaUsesSasl" $root }}
+- name: {{ include "baton.saslPasswordEnv" $root }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ required (printf "kafka.securityProtocol %s needs kafka.sasl.username and kafka.sasl.existingSecret (the Secret with the password)" $root.Values.kafka.securityProtocol) $root.Values.kafka.sasl.existingSecret | quote }}
+      key: {{ $root.Values.kafka.sasl.existingSecretPasswordKey | quote }}
+{{- end }}
+{{- if $root.Values.otel.enabled }}
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: POD_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+- name: NODE_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: spec.nodeName
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ required "otel.endpoint is required when otel.enabled is true" $root.Values.otel.endpoint | quote }}
+- name: OTEL_EXPORTER_OTLP_PROTOCOL
+  value: {{ $root.Values.otel.protocol | quote }}
+{{- $attrs := list "k8s.namespace.name=$(POD_NAMESPACE)" "k8s.pod.name=$(POD_NAME)" "k8s.node.name=$(NODE_NAME)" (printf "service.namespace=%s" $root.Release.Name) }}
+{{- range $k, $v := $root.Values.otel.resourceAttributes }}
+{{- $attrs = append $attrs (printf "%s=%v" $k $v) }}
+{{- end }}
+- name: OTEL_RESOURCE_ATTRIBUTES
+  value: {{ join "," $attrs | quote }}
+{{- with $root.Values.otel.sampler }}
+- name: OTEL_TRACES_SAMPLER
+  value: {{ . | quote }}
+{{- end }}
+{{- with $root.Values.otel.samplerArg }}
+- name: OTEL_TRACES_SAMPLER_ARG
+  value: {{ . | quote }}
+{{- end }}
+{{- if $root.Values.otel.headers.existingSecret }}
+- name: OTEL_EXPORTER_OTLP_HEADERS
+  valueFrom:
+    secretKeyRef:
+      name: {{ $root.Values.otel.headers.existingSecret | quote }}
+      key: {{ $root.Values.otel.headers.existingSecretKey | quote }}
+{{- end }}
+{{- else }}
+- name: OTEL_TRACES_EXPORTER
+  value: "none"
+{{- end }}
+{{- end -}}
+
+{{/* Volumes every Baton pod mounts: the configuration, /tmp and the Kafka CA. Call with (dict "root" $ "configMap" NAME). */}}
+{{- define "baton.commonVolumes" -}}
+- name: config
+  configMap:
+    name: {{ .configMap | default (include "baton.fullname" .root) }}
+- name: tmp
+  emptyDir:
+    sizeLimit: {{ .root.Values.tmpDir.sizeLimit }}
+{{- if and (include "baton.kafkaUsesTls" .root) .root.Values.kafka.tls.caSecret }}
+- name: kafka-ca
+  secret:
+    secretName: {{ .root.Values.kafka.tls.caSecret | quote }}
+    items:
+      - key: {{ .root.Values.kafka.tls.caSecretKey | quote }}
+        path: ca.crt
+{{- end }}
+{{- end -}}
+
+{{- define "baton.commonVolumeMounts" -}}
+- name: config
+  mountPath: {{ include "baton.configDir" . }}
+  readOnly: true
+- name: tmp
+  mountPath: /tmp
+{{- if and (include "baton.kafkaUsesTls" .) .Values.kafka.tls.caSecret }}
+- name: kafka-ca
+  mountPath: {{ include "baton.kafkaCaDir" . }}
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{/* Liveness and readiness probes on the health endpoints. Call with (dict "live" .livenessProbe "ready" .readinessProbe). */}}
+{{- define "baton.probes" -}}
+{{- with .live }}
+{{- if .enabled }}
+livenessProbe:
+  httpGet:
+    path: /health/live
+    port: http
+  initialDelaySeconds: {{ .initialDelaySeconds }}
+  periodSeconds: {{ .periodSeconds }}
+  timeoutSeconds: {{ .timeoutSeconds }}
+  failureThreshold: {{ .failureThreshold }}
+{{- end }}
+{{- end }}
+{{- with .ready }}
+{{- if .enabled }}
+readinessProbe:
+  httpGet:
+    path: /health/ready
+    port: http
+  initialDelaySeconds: {{ .initialDelaySeconds }}
+  periodSeconds: {{ .periodSeconds }}
+  timeoutSeconds: {{ .timeoutSeconds }}
+  failureThreshold: {{ .failureThreshold }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* Scheduling fields of a pod spec. Call with the component's values. */}}
+{{- define "baton.scheduling" -}}
+{{- with .nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .priorityClassName }}
+priorityClassName: {{ . | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* A PodDisruptionBudget spec body. Call with (dict "pdb" .pdb "root" $ "component" NAME). */}}
+{{- define "baton.pdbSpec" -}}
+{{- if hasKey .pdb "minAvailable" }}
+minAvailable: {{ .pdb.minAvailable }}
+{{- else }}
+maxUnavailable: {{ .pdb.maxUnavailable }}
+{{- end }}
+selector:
+  matchLabels:
+    {{- include "baton.selectorLabels" (dict "root" .root "component" .component) | nindent 4 }}
+{{- end -}}

@@ -1,0 +1,23 @@
+{{/*
+The suite's topics and partition counts, as JSON {"items": [{name, partitions, config}]}. It mirrors
+baton_platform.topics.topic_plan: every topic gets kafka.partitions, baton.policy one compacted
+partition, and there is one baton.tasks.<provider> per provider in use.
+*/}}
+{{- define "baton.topics" -}}
+{{- $n := int .Values.kafka.partitions -}}
+{{- $items := list -}}
+{{- range $name := list "baton.requests" "baton.workflow" "baton.responses" "baton.feedback" "baton.dlq" -}}
+{{- $items = append $items (dict "name" $name "partitions" $n "config" dict) -}}
+{{- end -}}
+{{- $items = append $items (dict "name" "baton.policy" "partitions" 1 "config" (dict "cleanup.policy" "compact")) -}}
+{{- $providers := dict -}}
+{{- range .Values.workers }}{{ $_ := set $providers .provider true }}{{ end -}}
+{{- range $p := keys $providers | sortAlpha -}}
+{{- $items = append $items (dict "name" (printf "baton.tasks.%s" $p) "partitions" $n "config" dict) -}}
+{{- end -}}
+{{- toJson (dict "items" $items) -}}
+{{- end -}}
+
+{{- define "baton.topics.jobEnabled" -}}
+{{- if and .Values.topics.job.enabled (not .Values.topics.strimzi.enabled) -}}true{{- end -}}
+{{- end -}}

@@ -1,0 +1,308 @@
+"""What the rendered objects promise an operator: one executor per provider with its own autoscaler,
+health probes, locked-down pods, disruption budgets, and a configuration the services accept."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+import yaml
+from baton_platform import topics
+from baton_platform.config import load_config
+
+from chartlib import (CHART, RELEASE, SERVICE_COMMANDS, baton_config, by_kind, pod_labels, pod_spec, render)
+
+# The first test to need Helm builds it from source (about five minutes on two cores).
+pytestmark = pytest.mark.timeout(1800)
+
+THREE = str(CHART / "ci" / "three-providers-values.yaml")
+CPU_ONLY = str(CHART / "ci" / "cpu-only-values.yaml")
+DEFAULT = str(CHART / "ci" / "default-values.yaml")
+KEDA_SASL = str(CHART / "ci" / "keda-sasl-values.yaml")
+SECRETISH = re.compile(r"KEY|TOKEN|PASSWORD|SECRET|HEADERS", re.I)
+
+
+def workloads(objects) -> list[dict]:
+    return [o for o in objects if pod_spec(o) is not None]
+
+
+def executors(objects) -> dict[str, dict]:
+    """Executor Deployments by provider."""
+    return {d["metadata"]["labels"]["baton.dev/provider"]: d for d in by_kind(objects, "Deployment")
+            if d["metadata"]["labels"]["app.kubernetes.io/component"].startswith("executor-")}
+
+
+def container(obj: dict) -> dict:
+    (c,) = pod_spec(obj)["containers"]
+    return c
+
+
+def env_of(c: dict) -> dict[str, dict]:
+    return {e["name"]: e for e in c.get("env", [])}
+
+
+# -- one executor per provider ---------------------------------------------------------------------
+
+
+def test_three_providers_give_three_executors_each_with_its_own_hpa():
+    objects = render((THREE,))
+    execs = executors(objects)
+    assert set(execs) == {"openai", "anthropic", "gemini"}
+    hpas = {h["spec"]["scaleTargetRef"]["name"]: h for h in by_kind(objects, "HorizontalPodAutoscaler")}
+    for provider, deployment in execs.items():
+        name = deployment["metadata"]["name"]
+        assert name in hpas, f"executor {provider} has no HPA"
+        assert "replicas" not in deployment["spec"], "an autoscaled Deployment must leave replicas to the HPA"
+        assert container(deployment)["args"][:2] == ["--provider", provider]
+    assert hpas[execs["openai"]["metadata"]["name"]]["spec"]["maxReplicas"] == 12
+    assert not by_kind(objects, "ScaledObject")
+
+
+def test_with_keda_each_executor_scales_on_the_lag_of_its_own_group_and_topic():
+    objects = render((THREE,), ("keda.enabled=true",))
+    execs = executors(objects)
+    scaled = {s["spec"]["scaleTargetRef"]["name"]: s for s in by_kind(objects, "ScaledObject")}
+    assert not [h for h in by_kind(objects, "HorizontalPodAutoscaler")
+                if h["spec"]["scaleTargetRef"]["name"] in {d["metadata"]["name"] for d in execs.values()}]
+    partitions = baton_config(objects)["kafka"]["partitions"]
+    for provider, deployment in execs.items():
+        so = scaled[deployment["metadata"]["name"]]
+        (trigger,) = so["spec"]["triggers"]
+        assert trigger["type"] == "kafka"
+        meta = trigger["metadata"]
+        assert meta["consumerGroup"] == topics.executor_group(provider)
+        assert meta["topic"] == topics.tasks_topic(provider)
+        assert meta["bootstrapServers"] == baton_config(objects)["kafka"]["bootstrap_servers"]
+        assert int(meta["lagThreshold"]) > 0
+        assert so["spec"]["maxReplicaCount"] <= partitions
+
+
+def test_keda_with_sasl_authenticates_by_reference():
+    objects = render((KEDA_SASL,))
+    (auth,) = by_kind(objects, "TriggerAuthentication")
+    refs = {r["parameter"]: r for r in auth["spec"]["secretTargetRef"]}
+    assert refs["password"]["name"] == "baton-kafka-user"
+    assert refs["ca"]["name"] == "baton-kafka-ca"
+    for so in by_kind(objects, "ScaledObject"):
+        (trigger,) = so["spec"]["triggers"]
+        assert trigger["authenticationRef"]["name"] == auth["metadata"]["name"]
+        assert trigger["metadata"]["sasl"] == "scram_sha512"
+        assert trigger["metadata"]["tls"] == "enable"
+    # An executor may scale to zero: the 0 in its entry must survive the merge with the defaults.
+    gemini = [s for s in by_kind(objects, "ScaledObject") if s["metadata"]["name"].endswith("gemini")]
+    assert gemini[0]["spec"]["minReplicaCount"] == 0
+
+
+def test_an_executor_can_turn_its_autoscaler_off():
+    execs = executors(render((CPU_ONLY,)))
+    hpa_targets = {h["spec"]["scaleTargetRef"]["name"] for h in by_kind(render((CPU_ONLY,)), "HorizontalPodAutoscaler")}
+    assert execs["openai"]["metadata"]["name"] in hpa_targets
+    assert execs["openai_compatible"]["metadata"]["name"] not in hpa_targets
+    assert execs["openai_compatible"]["spec"]["replicas"] == 2
+    assert execs["openai_compatible"]["metadata"]["name"] == f"{RELEASE}-baton-executor-openai-compatible"
+
+
+# -- pods -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("values", [DEFAULT, THREE, CPU_ONLY, KEDA_SASL])
+def test_services_run_their_console_script_with_health_probes_on_their_port(values):
+    objects = render((values,))
+    config = baton_config(objects)
+    ports = {"gateway": config["gateway"]["port"], "router": config["router"]["port"],
+             "synthesizer": config["synthesizer"]["port"], "reward-logger": config["reward_logger"]["port"],
+             "executor": config["executor"]["port"]}
+    for d in by_kind(objects, "Deployment"):
+        c = container(d)
+        assert c["command"] == [SERVICE_COMMANDS[c["name"]]]
+        (port,) = c["ports"]
+        assert port["name"] == "http"
+        assert port["containerPort"] == ports[c["name"]], f"{d['metadata']['name']} listens where the config does not"
+        assert c["livenessProbe"]["httpGet"] == {"path": "/health/live", "port": "http"}
+        assert c["readinessProbe"]["httpGet"] == {"path": "/health/ready", "port": "http"}
+
+
+def test_every_pod_is_non_root_read_only_without_capabilities(ci_file):
+    objects = render((ci_file,), ("trainer.enabled=true",))
+    for w in workloads(objects):
+        spec = pod_spec(w)
+        name = f"{w['kind']}/{w['metadata']['name']}"
+        assert spec["securityContext"]["runAsNonRoot"] is True, name
+        assert spec["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault", name
+        assert spec.get("automountServiceAccountToken") is False, name
+        for c in spec["containers"]:
+            sc = c["securityContext"]
+            assert sc["readOnlyRootFilesystem"] is True, name
+            assert sc["allowPrivilegeEscalation"] is False, name
+            assert sc["capabilities"]["drop"] == ["ALL"], name
+            assert sc["runAsNonRoot"] is True and sc["runAsUser"] != 0, name
+            tmp = [m for m in c["volumeMounts"] if m["mountPath"] == "/tmp"]
+            assert tmp, f"{name}: /tmp must be writable (read-only root filesystem)"
+            volumes = {v["name"]: v for v in spec["volumes"]}
+            assert "emptyDir" in volumes[tmp[0]["name"]], name
+
+
+def test_every_container_has_requests_and_a_memory_limit(ci_file):
+    for w in workloads(render((ci_file,), ("trainer.enabled=true",))):
+        for c in pod_spec(w)["containers"]:
+            res = c["resources"]
+            assert {"cpu", "memory"} <= set(res["requests"]), w["metadata"]["name"]
+            assert "memory" in res["limits"], w["metadata"]["name"]
+
+
+def test_every_deployment_has_a_pod_disruption_budget(ci_file):
+    objects = render((ci_file,))
+    pdbs = [p["spec"]["selector"]["matchLabels"] for p in by_kind(objects, "PodDisruptionBudget")]
+    for d in by_kind(objects, "Deployment"):
+        labels = pod_labels(d)
+        matching = [sel for sel in pdbs if sel.items() <= labels.items()]
+        assert len(matching) == 1, f"{d['metadata']['name']} is covered by {len(matching)} PDBs"
+
+
+def test_gpu_router_by_default_and_no_gpu_anywhere_on_cpu_only():
+    default = render((DEFAULT,))
+    (router,) = [d for d in by_kind(default, "Deployment") if container(d)["name"] == "router"]
+    assert container(router)["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert "vllm" in container(router)["image"] or "gpu" in container(router)["image"]
+    mounts = {m["mountPath"] for m in container(router)["volumeMounts"]}
+    assert {"/models", "/dev/shm"} <= mounts
+    assert "startupProbe" in container(router)
+    cpu = render((CPU_ONLY,))
+    assert "nvidia.com/gpu" not in yaml.safe_dump_all(list(cpu))
+    assert baton_config(cpu)["conductor"]["backend"] in ("transformers", "policy", "static", "openai")
+
+
+def test_trainer_is_a_cronjob_that_reads_the_episode_dataset():
+    objects = render((THREE,))
+    (cron,) = by_kind(objects, "CronJob")
+    spec = pod_spec(cron)
+    assert spec["restartPolicy"] == "Never"
+    c = spec["containers"][0]
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == 1
+    dataset = baton_config(objects)["reward_logger"]["dataset_dir"]
+    assert any(m["mountPath"] == dataset and m.get("readOnly") for m in c["volumeMounts"])
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+
+
+def test_topics_job_is_a_pre_install_hook_running_baton_topics():
+    objects = render((DEFAULT,))
+    (job,) = by_kind(objects, "Job")
+    hooks = job["metadata"]["annotations"]["helm.sh/hook"]
+    assert "pre-install" in hooks and "pre-upgrade" in hooks
+    c = container(job)
+    assert c["command"][0] == "baton-topics"
+    # Its config map is a hook too, created first, so it exists before the release's own.
+    (cm,) = [o for o in by_kind(objects, "ConfigMap") if o["metadata"]["name"].endswith("-topics")]
+    assert int(cm["metadata"]["annotations"]["helm.sh/hook-weight"]) < int(job["metadata"]["annotations"]["helm.sh/hook-weight"])
+    assert yaml.safe_load(cm["data"]["baton.yaml"]) == baton_config(objects)
+
+
+def test_strimzi_topics_match_the_code_topic_plan():
+    objects = render((KEDA_SASL,))
+    config = baton_config(objects)
+    providers = sorted({w["provider"] for w in config["workers"]})
+    counts, configs = topics.topic_plan(config["kafka"]["partitions"], providers)
+    rendered = {t["spec"]["topicName"]: t["spec"] for t in by_kind(objects, "KafkaTopic")}
+    assert {name: spec["partitions"] for name, spec in rendered.items()} == counts
+    assert {name: spec["config"] for name, spec in rendered.items() if "config" in spec} == configs
+    for t in by_kind(objects, "KafkaTopic"):
+        assert t["metadata"]["labels"]["strimzi.io/cluster"] == "baton-kafka"
+        assert t["spec"]["replicas"] == 3
+
+
+# -- configuration and secrets ------------------------------------------------------------------------
+
+
+def test_config_map_parses_and_lists_the_workers():
+    objects = render((THREE,))
+    config = baton_config(objects)
+    assert [w["name"] for w in config["workers"]] == ["gpt-5", "gpt-5-mini", "claude-sonnet", "gemini-pro", "gemini-flash"]
+    claude = config["workers"][2]
+    assert claude == {"name": "claude-sonnet", "provider": "anthropic", "model": "claude-sonnet-4-5",
+                      "api_key_env": "ANTHROPIC_API_KEY", "limits": {"rpm": 400, "tpm": 400000, "concurrency": 12},
+                      "price": {"input_per_mtok": 3.0, "output_per_mtok": 15.0},
+                      "card": "Careful reasoning and long-form writing; strong reviewer of drafts.",
+                      "fallback": "gpt-5"}
+    for section in ("gateway", "router", "synthesizer", "executor", "reward_logger"):
+        assert config[section]["host"] == "0.0.0.0", f"{section} would not be reachable in a pod"
+
+
+def test_no_secret_values_are_rendered(ci_file):
+    objects = render((ci_file,), ("otel.enabled=true",))
+    assert not by_kind(objects, "Secret"), "the chart takes secrets by reference only"
+    for w in workloads(objects):
+        for c in pod_spec(w)["containers"]:
+            for e in c.get("env", []):
+                if SECRETISH.search(e["name"]):
+                    assert "secretKeyRef" in e.get("valueFrom", {}), f"{e['name']} in {w['metadata']['name']} is inline"
+    for cm in by_kind(objects, "ConfigMap"):
+        for text in cm["data"].values():
+            for key in re.findall(r"^\s*([a-z_]*(?:key|token|password|secret)[a-z_]*):", text, re.M):
+                assert key.endswith("_env"), f"{cm['metadata']['name']} holds {key}: only variable names belong there"
+
+
+def test_api_keys_come_from_secret_key_refs():
+    execs = executors(render((THREE,)))
+    expected = {"openai": ("OPENAI_API_KEY", "openai"), "anthropic": ("ANTHROPIC_API_KEY", "anthropic"),
+                "gemini": ("GEMINI_API_KEY", "gemini")}
+    for provider, (env_name, key) in expected.items():
+        env = env_of(container(execs[provider]))
+        ref = env[env_name]["valueFrom"]["secretKeyRef"]
+        assert ref == {"name": "baton-provider-keys", "key": key}
+        others = set(expected) - {provider}
+        assert not any(expected[o][0] in env for o in others), f"executor {provider} must not see other keys"
+    gateway_env = env_of(container([d for d in by_kind(render((THREE,)), "Deployment")
+                                    if container(d)["name"] == "gateway"][0]))
+    assert gateway_env["BATON_API_KEYS"]["valueFrom"]["secretKeyRef"]["name"] == "baton-gateway-api-keys"
+
+
+def test_otel_points_every_service_at_the_collector():
+    objects = render((THREE,))
+    for d in by_kind(objects, "Deployment"):
+        env = env_of(container(d))
+        assert env["OTEL_EXPORTER_OTLP_ENDPOINT"]["value"] == "http://opentelemetry-collector.observability.svc:4317"
+        assert env["OTEL_EXPORTER_OTLP_PROTOCOL"]["value"] == "grpc"
+        assert "deployment.environment=production" in env["OTEL_RESOURCE_ATTRIBUTES"]["value"]
+
+
+def _pod_environment(c: dict) -> dict[str, str]:
+    """The variables a container would see: literal values, and a stand-in for each secret."""
+    env = {}
+    for e in c.get("env", []):
+        if "value" in e:
+            env[e["name"]] = e["value"]
+        elif "secretKeyRef" in e.get("valueFrom", {}):
+            env[e["name"]] = "stand-in-secret"
+    return env
+
+
+def test_every_service_accepts_the_rendered_configuration(ci_file, tmp_path, monkeypatch):
+    """Loads the config map exactly as each pod would (file plus its BATON_* variables) with the
+    services' own loader, which rejects unknown keys: chart and code must agree on every field."""
+    import asyncio
+
+    import httpx
+    from baton_executor.workers import build_workers
+
+    objects = render((ci_file,))
+    path = tmp_path / "baton.yaml"
+    path.write_text(yaml.safe_dump(baton_config(objects)))
+    for d in [*by_kind(objects, "Deployment"), *by_kind(objects, "Job")]:
+        c = container(d)
+        with monkeypatch.context() as m:
+            for name in [n for n in os.environ if n.startswith(("BATON_", "KAFKA_"))]:
+                m.delenv(name)
+            for name, value in _pod_environment(c).items():
+                m.setenv(name, value)
+            m.setenv("BATON_CONFIG", str(path))
+            config = load_config()
+            provider = c["args"][c["args"].index("--provider") + 1] if c["name"] == "executor" else None
+            # The sim provider reads its matrix from a volume this machine does not have.
+            if provider is not None and provider != "sim":
+                client = httpx.AsyncClient()
+                try:
+                    # Raises when the pod lacks a variable one of its workers names for its key.
+                    assert build_workers(config, provider, client)
+                finally:
+                    asyncio.run(client.aclose())
