@@ -101,7 +101,8 @@ def first_question():
 def test_an_answer_comes_back_through_every_service_in_one_trace(stack, client):
     row = first_question()
     raw = client.chat.completions.with_raw_response.create(
-        model="baton", messages=[{"role": "user", "content": row["prompt"]}])
+        model="baton", messages=[{"role": "user", "content": row["prompt"]}],
+        metadata={"reference": r"(?s)\[local-model\] saw: .*Check the first draft.*", "grader": "regex"})
     completion = raw.parse()
     request_id = raw.headers["x-baton-request-id"]
     assert "steps=3" in raw.headers["x-baton-workflow"]
@@ -134,7 +135,7 @@ def test_an_answer_comes_back_through_every_service_in_one_trace(stack, client):
 
     def episode():
         try:
-            rows = ds.dataset(stack.dataset_dir, format="parquet", partitioning="hive").to_table().to_pylist()
+            rows = ds.dataset(stack.dataset_dir / "episodes", format="parquet", partitioning="hive").to_table().to_pylist()
         except (FileNotFoundError, ValueError):
             return None
         return next((r for r in rows if r["request_id"] == request_id), None)
@@ -142,6 +143,7 @@ def test_an_answer_comes_back_through_every_service_in_one_trace(stack, client):
     ep = wait_for(episode, 20)
     assert ep is not None, "the episode never reached the dataset"
     assert ep["answer"] == answer and ep["calls"] == 3
+    assert (ep["grader"], ep["quality"], ep["reward"]) == ("regex", 1.0, 1.0), ep["reward_detail"]
     assert [s["worker"] for s in ep["steps"]] == ["gemini-flash", "llama-70b", "local-llm"]
 
 
@@ -249,3 +251,13 @@ async def test_feedback_and_published_policies_reach_the_suite(stack, client):
     finally:
         await producer.stop()
     assert wait_for(lambda: "baton-v2" in [m.id for m in client.models.list().data], 20)
+
+    def feedback_rows():
+        root = stack.dataset_dir / "feedback"
+        if not any(root.rglob("*.parquet")):
+            return []
+        return [r for r in ds.dataset(root, format="parquet", partitioning="hive").to_table().to_pylist()
+                if r["response_id"] == "r42"]
+
+    (row,) = wait_for(feedback_rows, 20)
+    assert row["score"] == 0.5

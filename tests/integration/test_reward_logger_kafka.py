@@ -45,13 +45,13 @@ async def test_each_response_is_written_once_across_restarts(kafka_bootstrap, wr
         resp.episode.request.CopyFrom(requests_pb2.ChatRequest(request_id=rid, policy="baton"))
         await publish(kafka_bootstrap, topics.RESPONSES, rid, resp.SerializeToString())
     async with TestApp(create_app(config, tracer_provider=tracer())):
-        assert len(await wait_rows(data_dir, set(ids[:3]))) == 3
+        assert len(await wait_rows(data_dir / "episodes", set(ids[:3]))) == 3
     for rid in ids[3:]:
         resp = responses_pb2.Response(request_id=rid, answer=f"answer {rid}", completed_unix_ms=1_764_000_000_000)
         await publish(kafka_bootstrap, topics.RESPONSES, rid, resp.SerializeToString())
     async with TestApp(create_app(config, tracer_provider=tracer())):
-        found = await wait_rows(data_dir, set(ids))
+        found = await wait_rows(data_dir / "episodes", set(ids))
         await settle(1.5)
-    found = [r for r in rows(data_dir) if r["request_id"] in ids]
+    found = [r for r in rows(data_dir / "episodes") if r["request_id"] in ids]
     assert sorted(r["request_id"] for r in found) == sorted(ids), "every response once, none twice"
     assert {r["answer"] for r in found} == {f"answer {i}" for i in ids}

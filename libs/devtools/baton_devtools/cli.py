@@ -38,7 +38,7 @@ def cmd_demo(args) -> int:
     stack.start()
     try:
         run_demo(stack.base_url, stack.config, count=args.questions)
-        print(f"\nepisodes written under {stack.dataset_dir}")
+        print(f"\nepisodes written under {stack.dataset_dir / 'episodes'}")
     finally:
         stack.stop()
         print("stopped Kafka and every service")

@@ -79,7 +79,7 @@ class Stack:
         self.gateway_port = gateway_port if gateway_port is not None else self.config.gateway.port
         self.bootstrap_servers = bootstrap_servers or os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or None
         self.extra_env = env or {}
-        self.dataset_dir = Path(dataset_dir or self.run_dir / "episodes").resolve()
+        self.dataset_dir = Path(dataset_dir or self.run_dir / "data").resolve()
         self.kafka: kafka_harness.LocalKafka | None = None
         self.services: list[ServiceProc] = []
         self._children: list[subprocess.Popen] = []

@@ -254,7 +254,11 @@ class ExecutorConfig(_HttpService):
 
 class RewardLoggerConfig(_HttpService):
     port: int = Field(default=9104, ge=0, le=65535)
-    dataset_dir: Path = Path(".baton/episodes")
+    dataset_dir: Path = Field(default=Path(".baton/data"),
+                              description="Root of the datasets: episodes/ and feedback/ below it.")
+    reward_scheme: Literal["quality_minus_cost", "conductor"] = Field(
+        default="quality_minus_cost", description="How a graded answer becomes a reward (see the README).")
+    cost_weight: float = Field(default=0.0, ge=0, description="USD-to-reward exchange rate in quality_minus_cost.")
     flush_every: int = Field(default=100, ge=1, description="Episodes per Parquet file at most.")
     flush_interval_s: float = Field(default=2.0, gt=0)
 

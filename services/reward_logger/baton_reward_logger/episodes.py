@@ -1,6 +1,8 @@
-"""The episode dataset: one Parquet row per response, files named by the records they hold.
+"""The datasets: Parquet files named by the records they hold, written exactly once.
 
-Layout: `<dir>/date=YYYY-MM-DD/baton.responses-p<partition>-<first offset>-<last offset>.parquet`.
+Episodes (one row per final response) go to `<dir>/episodes/`, user feedback (reward records that
+join episodes on `request_id` = `response_id`) to `<dir>/feedback/`. Layout:
+`<dir>/<dataset>/date=YYYY-MM-DD/<topic>-p<partition>-<first offset>-<last offset>.parquet`.
 A file is written to a temporary name, synced, then renamed, so a reader never sees half a file.
 When a partition is re-read after a crash, the new file starts at the same offset as the one
 written before the crash and replaces it, so the dataset never holds a record twice.
@@ -16,8 +18,10 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from baton.v1 import responses_pb2
+from baton.v1 import feedback_pb2, responses_pb2
 from google.protobuf.json_format import MessageToDict
+
+from baton_reward_logger.rewards import Reward
 
 STEP = pa.struct([
     ("step", pa.int32()), ("worker", pa.string()), ("model", pa.string()), ("attempt", pa.int32()),
@@ -26,7 +30,7 @@ STEP = pa.struct([
     ("error", pa.string()),
 ])
 
-SCHEMA = pa.schema([
+EPISODE_SCHEMA = pa.schema([
     ("request_id", pa.string()), ("policy", pa.string()), ("created_unix_ms", pa.int64()),
     ("completed_unix_ms", pa.int64()), ("query", pa.string()), ("messages_json", pa.string()),
     ("metadata_json", pa.string()), ("plan_backend", pa.string()), ("plan_policy_version", pa.string()),
@@ -34,7 +38,14 @@ SCHEMA = pa.schema([
     ("plan_token_logprobs", pa.list_(pa.float32())), ("plan_propensity", pa.float64()),
     ("steps", pa.list_(STEP)), ("answer", pa.string()), ("error_code", pa.string()), ("error_message", pa.string()),
     ("input_tokens", pa.int64()), ("output_tokens", pa.int64()), ("cost_usd", pa.float64()), ("calls", pa.int32()),
-    ("latency_ms", pa.float64()), ("source_partition", pa.int32()), ("source_offset", pa.int64()),
+    ("latency_ms", pa.float64()), ("grader", pa.string()), ("reference", pa.string()), ("quality", pa.float64()),
+    ("reward", pa.float64()), ("reward_detail", pa.string()),
+    ("source_partition", pa.int32()), ("source_offset", pa.int64()),
+])
+
+FEEDBACK_SCHEMA = pa.schema([
+    ("response_id", pa.string()), ("score", pa.float64()), ("comment", pa.string()),
+    ("created_unix_ms", pa.int64()), ("source_partition", pa.int32()), ("source_offset", pa.int64()),
 ])
 
 
@@ -42,11 +53,12 @@ SCHEMA = pa.schema([
 class Record:
     partition: int
     offset: int
-    response: responses_pb2.Response
+    row: dict
+    stamp_ms: int
 
 
-def episode_row(rec: Record) -> dict:
-    r, ep = rec.response, rec.response.episode
+def episode_row(r: responses_pb2.Response, reward: Reward, partition: int, offset: int) -> dict:
+    ep = r.episode
     req = ep.request
     query = next((m.content for m in reversed(req.messages) if m.role == "user"), "")
     return {
@@ -66,25 +78,31 @@ def episode_row(rec: Record) -> dict:
         "error_code": r.error.code or None, "error_message": r.error.message or None,
         "input_tokens": ep.total.input_tokens, "output_tokens": ep.total.output_tokens,
         "cost_usd": ep.total.cost_usd, "calls": ep.total.calls, "latency_ms": ep.latency_ms,
-        "source_partition": rec.partition, "source_offset": rec.offset,
+        "grader": reward.grader, "reference": reward.reference, "quality": reward.quality, "reward": reward.reward,
+        "reward_detail": reward.detail, "source_partition": partition, "source_offset": offset,
     }
 
 
-class EpisodeWriter:
-    def __init__(self, root: Path, topic: str) -> None:
+def feedback_row(fb: feedback_pb2.Feedback, partition: int, offset: int) -> dict:
+    return {"response_id": fb.response_id, "score": fb.score, "comment": fb.comment,
+            "created_unix_ms": fb.created_unix_ms, "source_partition": partition, "source_offset": offset}
+
+
+class DatasetWriter:
+    def __init__(self, root: Path, topic: str, schema: pa.Schema) -> None:
         self.root = root
         self.topic = topic
+        self.schema = schema
 
     def write(self, partition: int, records: list[Record]) -> Path:
         """Durably write one partition's contiguous run of records; return the file."""
         first, last = records[0].offset, records[-1].offset
-        stamp = records[0].response.completed_unix_ms or records[0].response.episode.request.created_unix_ms
-        day = dt.datetime.fromtimestamp(stamp / 1000, dt.timezone.utc).date().isoformat()
+        day = dt.datetime.fromtimestamp(records[0].stamp_ms / 1000, dt.timezone.utc).date().isoformat()
         folder = self.root / f"date={day}"
         folder.mkdir(parents=True, exist_ok=True)
         final = folder / f"{self.topic}-p{partition}-{first:012d}-{last:012d}.parquet"
         tmp = folder / f".{final.name}.tmp"
-        table = pa.Table.from_pylist([episode_row(r) for r in records], schema=SCHEMA)
+        table = pa.Table.from_pylist([r.row for r in records], schema=self.schema)
         pq.write_table(table, tmp)
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())

@@ -1,4 +1,8 @@
-"""Kafka wiring of the reward logger: baton.responses in, Parquet episodes out, offsets after the file."""
+"""Kafka wiring of the reward logger: responses and feedback in, Parquet out, offsets after the file.
+
+Each topic has its own sink: records are buffered per partition, written as one file per
+contiguous run of offsets, and only then committed. Progress responses are not episodes and pass.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +10,10 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 
 from aiokafka import ConsumerRebalanceListener, TopicPartition
-from baton.v1 import responses_pb2
+from baton.v1 import feedback_pb2, responses_pb2
 from faststream import AckPolicy
 from faststream.kafka import KafkaMessage
 from prometheus_client import Counter
@@ -19,15 +24,21 @@ from baton_platform.messages import PoisonMessage, decode
 from baton_platform.offsets import OffsetTracker
 from baton_platform.service import Service
 
-from baton_reward_logger.episodes import EpisodeWriter, Record
+from baton_reward_logger.episodes import DatasetWriter, Record
 
 log = logging.getLogger(__name__)
 
+# Turns a record's value into a dataset row (and its timestamp), None to skip it, or raises PoisonMessage.
+RowMaker = Callable[[bytes, int, int], "tuple[dict, int] | None"]
 
-class RewardLoggerWiring(ConsumerRebalanceListener):
-    def __init__(self, service: Service, writer: EpisodeWriter) -> None:
+
+class Sink(ConsumerRebalanceListener):
+    def __init__(self, service: Service, topic: str, writer: DatasetWriter, make_row: RowMaker,
+                 written: Counter) -> None:
         self.service = service
+        self.topic = topic
         self.writer = writer
+        self.make_row = make_row
         cfg = service.config.reward_logger
         self._flush_every = cfg.flush_every
         self._interval = cfg.flush_interval_s
@@ -36,33 +47,31 @@ class RewardLoggerWiring(ConsumerRebalanceListener):
         self.tracker = OffsetTracker()
         self._consumer = None
         self._lock = asyncio.Lock()
-        self._task: asyncio.Task | None = None
-        self._written = Counter("baton_episodes_written", "Episodes written to the dataset", registry=service.registry)
+        self._written = written.labels(topic)
 
     def register(self) -> None:
-        @self.service.broker.subscriber(topics.RESPONSES, group_id=topics.GROUP_REWARD_LOGGER, listener=self,
-                                        ack_policy=AckPolicy.MANUAL, **consumer_options(self.service.config.kafka))
-        async def on_response(msg: KafkaMessage) -> None:
-            await self.handle(msg)
+        sub = self.service.broker.subscriber(self.topic, group_id=topics.GROUP_REWARD_LOGGER, listener=self,
+                                             ack_policy=AckPolicy.MANUAL,
+                                             **consumer_options(self.service.config.kafka))
+        sub(self.handle)
 
     async def handle(self, msg: KafkaMessage) -> None:
         raw = msg.raw_message
         tp = TopicPartition(raw.topic, raw.partition)
-        self._consumer = msg.consumer
+        self._consumer = getattr(msg, "consumer", None)
         self.tracker.begin(tp, raw.offset)
         try:
-            response = decode(responses_pb2.Response, msg.body)
-            if not response.request_id:
-                raise PoisonMessage("Response without request_id")
+            # Grading may run a sandboxed subprocess: keep it off the event loop.
+            made = await asyncio.to_thread(self.make_row, msg.body, raw.partition, raw.offset)
         except PoisonMessage as e:
             await self.service.dead_letters.send(msg, str(e))
+            made = None
+        if made is None:
             self.tracker.finish(tp, raw.offset)
             return
-        if response.WhichOneof("outcome") == "progress":
-            self.tracker.finish(tp, raw.offset)  # not an episode: only final responses are
-            return
+        row, stamp = made
         async with self._lock:
-            self._buffers.setdefault(tp, []).append(Record(raw.partition, raw.offset, response))
+            self._buffers.setdefault(tp, []).append(Record(raw.partition, raw.offset, row, stamp))
             self._since.setdefault(tp, time.monotonic())
             if len(self._buffers[tp]) >= self._flush_every:
                 await self._flush(tp)
@@ -71,7 +80,6 @@ class RewardLoggerWiring(ConsumerRebalanceListener):
         records = self._buffers.pop(tp, [])
         self._since.pop(tp, None)
         if records:
-            # Blocking file I/O off the event loop, so heartbeats and other partitions go on.
             await asyncio.to_thread(self.writer.write, tp.partition, records)
             self._written.inc(len(records))
             for r in records:
@@ -98,20 +106,59 @@ class RewardLoggerWiring(ConsumerRebalanceListener):
     async def on_partitions_assigned(self, assigned) -> None:
         return None
 
-    async def start_timer(self) -> None:
+
+class Flusher:
+    """Writes every sink's due buffers on a timer, and everything at shutdown."""
+
+    def __init__(self, sinks: list[Sink], interval_s: float) -> None:
+        self.sinks = sinks
+        self.interval_s = interval_s
+        self._task: asyncio.Task | None = None
+
+    async def start(self) -> None:
         async def loop() -> None:
             while True:
-                await asyncio.sleep(min(0.5, self._interval))
-                try:
-                    await self.flush_due()
-                except Exception:  # noqa: BLE001 - keep flushing; the records stay buffered and uncommitted
-                    log.exception("episode flush failed")
+                await asyncio.sleep(min(0.5, self.interval_s))
+                for sink in self.sinks:
+                    try:
+                        await sink.flush_due()
+                    except Exception:  # noqa: BLE001 - keep flushing; the records stay buffered and uncommitted
+                        log.exception("flush of %s failed", sink.topic)
 
         self._task = asyncio.create_task(loop())
 
-    async def stop_timer(self) -> None:
+    async def stop(self) -> None:
         if self._task:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        await self.flush_due(force=True)
+        for sink in self.sinks:
+            await sink.flush_due(force=True)
+
+
+def response_row_maker(scheme, cost_weight: float) -> RowMaker:
+    from baton_reward_logger.episodes import episode_row
+    from baton_reward_logger.rewards import score
+
+    def make(value: bytes, partition: int, offset: int):
+        response = decode(responses_pb2.Response, value)
+        if not response.request_id:
+            raise PoisonMessage("Response without request_id")
+        if response.WhichOneof("outcome") == "progress":
+            return None
+        stamp = response.completed_unix_ms or response.episode.request.created_unix_ms
+        return episode_row(response, score(response, scheme, cost_weight), partition, offset), stamp
+
+    return make
+
+
+def feedback_row_maker() -> RowMaker:
+    from baton_reward_logger.episodes import feedback_row
+
+    def make(value: bytes, partition: int, offset: int):
+        fb = decode(feedback_pb2.Feedback, value)
+        if not fb.response_id:
+            raise PoisonMessage("Feedback without response_id")
+        return feedback_row(fb, partition, offset), fb.created_unix_ms or int(time.time() * 1000)
+
+    return make
