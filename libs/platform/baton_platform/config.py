@@ -235,6 +235,9 @@ class GatewayConfig(_HttpService):
 
 class RouterConfig(_HttpService):
     port: int = Field(default=9101, ge=0, le=65535)
+    explore_share: float = Field(default=0.0, ge=0, le=1,
+                                 description="Share of requests for which several candidate workflows run (GRPO groups).")
+    explore_group_size: int = Field(default=4, ge=2, le=64, description="Candidate workflows per explored request.")
 
 
 class SynthesizerConfig(_HttpService):

@@ -31,7 +31,8 @@ STEP = pa.struct([
 ])
 
 EPISODE_SCHEMA = pa.schema([
-    ("request_id", pa.string()), ("policy", pa.string()), ("created_unix_ms", pa.int64()),
+    ("request_id", pa.string()), ("group_id", pa.string()), ("candidate", pa.int32()), ("group_size", pa.int32()),
+    ("policy", pa.string()), ("created_unix_ms", pa.int64()),
     ("completed_unix_ms", pa.int64()), ("query", pa.string()), ("messages_json", pa.string()),
     ("metadata_json", pa.string()), ("plan_backend", pa.string()), ("plan_policy_version", pa.string()),
     ("plan_fallback", pa.bool_()), ("plan_invalid_reason", pa.string()), ("plan_json", pa.string()),
@@ -62,7 +63,8 @@ def episode_row(r: responses_pb2.Response, reward: Reward, partition: int, offse
     req = ep.request
     query = next((m.content for m in reversed(req.messages) if m.role == "user"), "")
     return {
-        "request_id": r.request_id, "policy": req.policy, "created_unix_ms": req.created_unix_ms,
+        "request_id": r.request_id, "group_id": req.group_id or r.request_id, "candidate": req.candidate,
+        "group_size": req.group_size or 1, "policy": req.policy, "created_unix_ms": req.created_unix_ms,
         "completed_unix_ms": r.completed_unix_ms, "query": query,
         "messages_json": json.dumps([{"role": m.role, "content": m.content} for m in req.messages]),
         "metadata_json": json.dumps(dict(req.metadata), sort_keys=True),

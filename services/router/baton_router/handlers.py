@@ -15,6 +15,7 @@ from baton_platform.kafka import consumer_options
 from baton_platform.messages import PoisonMessage, decode, encode
 from baton_platform.service import Service
 
+from baton_router.exploration import candidates, explores
 from baton_router.planning import Planner
 
 
@@ -33,18 +34,23 @@ def register(service: Service, planner: Planner) -> None:
         except PoisonMessage as e:
             await service.dead_letters.send(msg, str(e))
             return
-        started = time.perf_counter()
-        with tracer.start_as_current_span("plan") as span:
-            result = await planner.plan(request)
-            span.set_attribute("baton.request_id", request.request_id)
-            span.set_attribute("baton.plan.steps", len(result.plan.steps))
-            span.set_attribute("baton.plan.valid", result.valid)
-            span.set_attribute("baton.plan.backend", planner.backend_name)
-        latency.observe(time.perf_counter() - started)
-        plans.labels(planner.backend_name, "valid" if result.valid else "fallback").inc()
-        event = workflow_pb2.WorkflowEvent(
-            request_id=request.request_id,
-            planned=workflow_pb2.WorkflowPlanned(request=request, plan=result.plan,
-                                                 planned_unix_ms=int(time.time() * 1000)),
-        )
-        await service.broker.publish(encode(event), topics.WORKFLOW, key=request.request_id.encode())
+        explore = explores(request.request_id, service.config.router.explore_share)
+        group = candidates(request, service.config.router.explore_group_size) if explore else [request]
+        for candidate in group:
+            started = time.perf_counter()
+            with tracer.start_as_current_span("plan") as span:
+                result = await planner.plan(candidate)
+                span.set_attribute("baton.request_id", candidate.request_id)
+                span.set_attribute("baton.plan.steps", len(result.plan.steps))
+                span.set_attribute("baton.plan.valid", result.valid)
+                span.set_attribute("baton.plan.backend", planner.backend_name)
+                if explore:
+                    span.set_attribute("baton.group_id", candidate.group_id)
+            latency.observe(time.perf_counter() - started)
+            plans.labels(planner.backend_name, "valid" if result.valid else "fallback").inc()
+            event = workflow_pb2.WorkflowEvent(
+                request_id=candidate.request_id,
+                planned=workflow_pb2.WorkflowPlanned(request=candidate, plan=result.plan,
+                                                     planned_unix_ms=int(time.time() * 1000)),
+            )
+            await service.broker.publish(encode(event), topics.WORKFLOW, key=candidate.request_id.encode())

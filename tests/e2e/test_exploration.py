@@ -1,0 +1,49 @@
+"""Exploration end to end: one client request, a group of candidate workflows, every episode logged."""
+
+from __future__ import annotations
+
+import time
+
+import openai
+import pyarrow.dataset as ds
+import pytest
+import yaml
+
+from baton_devtools.stack import Stack, free_port
+from testbed import default_config_data
+
+pytestmark = [pytest.mark.e2e, pytest.mark.kafka]
+
+
+def test_an_explored_request_answers_once_and_logs_its_whole_group(kafka_bootstrap, tmp_path):
+    data = default_config_data()
+    data["router"] = {"explore_share": 1.0, "explore_group_size": 3}
+    data["kafka"] = {"partitions": 4, "session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
+    data["reward_logger"] = {"flush_interval_s": 0.5}
+    cfg = tmp_path / "baton.yaml"
+    cfg.write_text(yaml.safe_dump(data))
+    stack = Stack(tmp_path / "run", config_file=cfg, gateway_port=free_port(), bootstrap_servers=kafka_bootstrap)
+    stack.start(echo=lambda *_: None)
+    try:
+        client = openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0, timeout=60)
+        raw = client.chat.completions.with_raw_response.create(
+            model="baton", messages=[{"role": "user", "content": "Which planet is largest?"}])
+        rid = raw.headers["x-baton-request-id"]
+        assert raw.parse().choices[0].message.content
+
+        def group():
+            root = stack.dataset_dir / "episodes"
+            if not any(root.rglob("*.parquet")):
+                return []
+            rows = ds.dataset(root, format="parquet", partitioning="hive").to_table().to_pylist()
+            return sorted((r for r in rows if r["group_id"] == rid), key=lambda r: r["candidate"])
+
+        deadline = time.monotonic() + 30
+        while len(group()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.3)
+        rows = group()
+    finally:
+        stack.stop()
+    assert [(r["request_id"], r["candidate"], r["group_size"]) for r in rows] == [
+        (rid, 0, 3), (f"{rid}.1", 1, 3), (f"{rid}.2", 2, 3)]
+    assert all(r["plan_propensity"] == 1.0 for r in rows), "the static conductor's plan is certain"
