@@ -52,6 +52,12 @@ def cmd_check_config(args) -> int:
     return 0
 
 
+def cmd_eval(args) -> int:
+    from baton_trainer import replay
+
+    return replay.main(args.rest)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="baton", description="Baton: LLM workflows over Kafka")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -63,6 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("check-config", help="validate a configuration file")
     p.add_argument("--config", default=None, help="defaults to BATON_CONFIG")
     p.set_defaults(fn=cmd_check_config)
+    p = sub.add_parser("eval", help="offline evaluation: `baton eval replay --train A.csv --test B.csv --json`")
+    p.add_argument("mode", choices=["replay"])
+    p.add_argument("rest", nargs=argparse.REMAINDER, help="arguments of the replay evaluation (see --help)")
+    p.set_defaults(fn=cmd_eval)
     args = parser.parse_args(argv)
     try:
         return args.fn(args)
