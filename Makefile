@@ -9,7 +9,7 @@ PY := .venv/bin/python
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: help install proto kafka helm test test-fast demo up down bench images clean
+.PHONY: help install proto kafka helm test test-fast demo train-demo up down bench images clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  %-12s %s\n", $$1, $$2}'
@@ -44,6 +44,9 @@ bench: install kafka ## Benchmarks: overhead vs LiteLLM, throughput, provider li
 
 demo: install kafka ## Start everything, ask real questions through the gateway, print answers and workflows, stop
 	.venv/bin/baton demo
+
+train-demo: install kafka ## The learning loop: exploration traffic, training, gate, hot rollout, fresh traffic
+	.venv/bin/baton train-demo
 
 up: install kafka ## Start Kafka and every service in the background (gateway on 127.0.0.1:8080)
 	.venv/bin/baton up

@@ -52,6 +52,13 @@ def cmd_check_config(args) -> int:
     return 0
 
 
+def cmd_train_demo(args) -> int:
+    from baton_devtools.train_demo import run_train_demo
+
+    report = run_train_demo(RUN_DIR.parent / "train-demo", n_train=args.train, n_fresh=args.fresh)
+    return 0 if report["published"] else 1
+
+
 def cmd_eval(args) -> int:
     from baton_trainer import replay
 
@@ -69,6 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("check-config", help="validate a configuration file")
     p.add_argument("--config", default=None, help="defaults to BATON_CONFIG")
     p.set_defaults(fn=cmd_check_config)
+    p = sub.add_parser("train-demo", help="explore, train, gate, roll out, and measure the learning loop")
+    p.add_argument("--train", type=int, default=500)
+    p.add_argument("--fresh", type=int, default=200)
+    p.set_defaults(fn=cmd_train_demo)
     p = sub.add_parser("eval", help="offline evaluation: `baton eval replay --train A.csv --test B.csv --json`")
     p.add_argument("mode", choices=["replay"])
     p.add_argument("rest", nargs=argparse.REMAINDER, help="arguments of the replay evaluation (see --help)")

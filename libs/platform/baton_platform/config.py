@@ -112,8 +112,11 @@ class TransformersConductorConfig(_Strict):
     )
     device: str = Field(default="cpu", description="Torch device: 'cpu', 'cuda', 'cuda:1', ... or 'auto'.")
     threads: int | None = Field(default=None, ge=1, description="Torch CPU threads; unset keeps torch's default.")
-    max_new_tokens: int = Field(default=256, ge=16, le=4096,
-                                description="Token limit per plan; a plan cut off here does not parse.")
+    max_new_tokens: int = Field(
+        default=320, ge=16, le=4096,
+        description="Token limit per plan. Under the 'grammar' constraint the instructions of longer plans are "
+        "shortened so that every plan fits; under 'json_schema' a plan cut off here does not parse.",
+    )
     batch_size: int = Field(default=8, ge=1, le=256, description="Most requests planned in one `generate` call.")
     batch_wait_ms: float = Field(default=20.0, ge=0,
                                  description="How long the first waiting request waits for others to join its batch.")
@@ -160,7 +163,8 @@ class VllmConductorConfig(_Strict):
     enable_lora: bool = Field(default=True, description="Start the engine able to serve LoRA adapters.")
     max_loras: int = Field(default=4, ge=1, description="Adapters resident on the GPU at once.")
     max_lora_rank: int = Field(default=16, ge=1, description="Largest LoRA rank any adapter may have.")
-    max_tokens: int = Field(default=256, ge=16, description="Token limit per plan.")
+    max_tokens: int = Field(default=320, ge=16, description="Token limit per plan (the 'grammar' constraint keeps "
+                            "every plan within it).")
     temperature: float = Field(default=0.7, ge=0, description="Sampling temperature; 0 decodes greedily.")
     seed: int | None = Field(default=None, description="Engine seed, for reproducible sampling.")
     dtype: str = Field(default="auto", description="Weights' dtype: 'auto', 'bfloat16', 'float16', 'float32'.")
@@ -178,8 +182,18 @@ class VllmConductorConfig(_Strict):
         return self
 
 
+class PolicyConductorConfig(_Strict):
+    """A learned CPU policy from the trainer (query → workflow), replaced at run time from baton.policy."""
+
+    path: str | None = Field(default=None, description="Policy to serve at start (directory or fsspec URL); unset: "
+                             "a uniform random worker until the trainer publishes one.")
+    version: str | None = Field(default=None, description="Name of the policy at `path`.")
+    epsilon: float = Field(default=0.1, ge=0, le=1, description="Share of choices made uniformly at random, so "
+                           "logged traffic keeps teaching the trainer; each choice's propensity is recorded.")
+
+
 class ConductorConfig(_Strict):
-    backend: Literal["static", "transformers", "openai", "vllm"] = Field(
+    backend: Literal["static", "transformers", "openai", "vllm", "policy"] = Field(
         default="static",
         description="Who writes plans: 'static' (the fixed `plan`), 'transformers' (a model in process, CPU or GPU), "
         "'openai' (an OpenAI-compatible server), 'vllm' (vLLM in process, GPU).",
@@ -196,6 +210,8 @@ class ConductorConfig(_Strict):
         default_factory=TransformersConductorConfig, description="Settings of the 'transformers' backend.")
     openai: OpenAIConductorConfig | None = Field(default=None, description="Settings of the 'openai' backend.")
     vllm: VllmConductorConfig | None = Field(default=None, description="Settings of the 'vllm' backend.")
+    policy: PolicyConductorConfig = Field(default_factory=PolicyConductorConfig,
+                                          description="Settings of the 'policy' backend.")
 
     @model_validator(mode="after")
     def _backend_has_settings(self) -> "ConductorConfig":

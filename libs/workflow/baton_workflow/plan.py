@@ -59,8 +59,10 @@ def readable_steps(access: Access, step: int) -> list[int]:
 
 
 def to_proto(plan: Plan, *, backend: str, policy_version: str = "", fallback: bool = False,
-             invalid_reason: str = "", token_logprobs: Sequence[float] = (), propensity: float = 0.0) -> workflow_pb2.Plan:
+             invalid_reason: str = "", token_logprobs: Sequence[float] = (), propensity: float = 0.0,
+             action: str = "") -> workflow_pb2.Plan:
     out = workflow_pb2.Plan(
+        action=action,
         backend=backend,
         policy_version=policy_version,
         fallback=fallback,

@@ -132,6 +132,7 @@ def workflow_summary(episode: responses_pb2.Episode) -> dict[str, Any]:
     return {
         "plan": {
             "backend": episode.plan.backend,
+            "policy_version": episode.plan.policy_version,
             "fallback": episode.plan.fallback,
             "steps": [{"worker": s.worker, "instruction": s.instruction,
                        "access": "all" if s.access.all else list(s.access.steps)} for s in episode.plan.steps],

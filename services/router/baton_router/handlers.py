@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
-from baton.v1 import requests_pb2, workflow_pb2
+from baton.v1 import policy_pb2, requests_pb2, workflow_pb2
 from faststream import AckPolicy
 from faststream.kafka import KafkaMessage
 from opentelemetry import trace
@@ -19,10 +20,30 @@ from baton_router.exploration import candidates, explores
 from baton_router.planning import Planner
 
 
-def register(service: Service, planner: Planner) -> None:
+def register(service: Service, planner: Planner, backend=None) -> None:
     plans = Counter("baton_plans", "Plans published", ["backend", "outcome"], registry=service.registry)
     latency = Histogram("baton_planning_seconds", "Time to plan one request", registry=service.registry)
     tracer = service.tracer_provider.get_tracer("baton.router")
+    loaded = Counter("baton_policies_loaded", "Policies loaded from baton.policy", ["version", "kind"],
+                     registry=service.registry)
+
+    if hasattr(backend, "load"):
+        # Every router replica reads the whole (small, compacted) policy topic: a published policy
+        # is served by all of them without a restart; a rollback is an update naming an older one.
+        @service.broker.subscriber(topics.POLICY, auto_offset_reset="earliest", ack_policy=AckPolicy.ACK_FIRST)
+        async def on_policy(msg: KafkaMessage) -> None:
+            try:
+                update = decode(policy_pb2.PolicyUpdate, msg.body)
+            except PoisonMessage as e:
+                await service.dead_letters.send(msg, str(e))
+                return
+            if update.kind != "fast":
+                return
+            try:
+                await asyncio.to_thread(backend.load, update.uri, update.version)
+                loaded.labels(update.version, "rollback" if update.rollback else "update").inc()
+            except Exception as e:  # noqa: BLE001 - a bad artefact must not stop planning with the current one
+                await service.dead_letters.send(msg, f"policy {update.version} could not be loaded: {e}")
 
     @service.broker.subscriber(topics.REQUESTS, group_id=topics.GROUP_ROUTER, ack_policy=AckPolicy.ACK,
                                **consumer_options(service.config.kafka))

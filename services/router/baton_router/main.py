@@ -19,7 +19,7 @@ SERVICE_NAME = "baton-router"
 def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = None) -> AsgiFastStream:
     service = Service.create(SERVICE_NAME, config, tracer_provider)
     backend = build_backend(config)
-    register(service, Planner(config, backend))
+    register(service, Planner(config, backend), backend)
     return service.asgi_app(on_shutdown=[backend.aclose])
 
 

@@ -43,7 +43,8 @@ class Planner:
             return self._fallback("; ".join(problems), proposal.policy_version, proposal.token_logprobs,
                                   proposal.propensity)
         plan = to_proto(proposal.plan, backend=self._backend.name, policy_version=proposal.policy_version,
-                        token_logprobs=proposal.token_logprobs, propensity=proposal.propensity)
+                        token_logprobs=proposal.token_logprobs, propensity=proposal.propensity,
+                        action=proposal.action)
         return PlanResult(plan=plan, valid=True)
 
     def _fallback(self, reason: str, policy_version: str, token_logprobs=(), propensity: float = 0.0) -> PlanResult:

@@ -1,12 +1,27 @@
-"""``python -m baton_trainer replay ...`` / ``python -m baton_trainer split ...``."""
+"""``baton-trainer {replay|split|train-fast|rollback|grpo} ...`` (also ``python -m baton_trainer``)."""
 
 from __future__ import annotations
 
 import sys
 
-from . import replay, split
+from . import replay, split, train_fast
 
-COMMANDS = {"replay": replay.main, "split": split.main}
+
+def _grpo(argv: list[str]) -> int:
+    # Imported on use: GRPO needs torch, TRL and the router's prompt code (the `grpo` extra), which the
+    # other commands do without.
+    from . import grpo
+
+    return grpo.main(argv)
+
+
+COMMANDS = {
+    "replay": replay.main,
+    "split": split.main,
+    "train-fast": lambda argv: train_fast.main(argv, "train-fast"),
+    "rollback": lambda argv: train_fast.main(argv, "rollback"),
+    "grpo": _grpo,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,7 +27,7 @@ class PlanStep(_message.Message):
     def __init__(self, worker: _Optional[str] = ..., instruction: _Optional[str] = ..., access: _Optional[_Union[Access, _Mapping]] = ...) -> None: ...
 
 class Plan(_message.Message):
-    __slots__ = ("steps", "backend", "policy_version", "fallback", "invalid_reason", "token_logprobs", "propensity")
+    __slots__ = ("steps", "backend", "policy_version", "fallback", "invalid_reason", "token_logprobs", "propensity", "action")
     STEPS_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -35,6 +35,7 @@ class Plan(_message.Message):
     INVALID_REASON_FIELD_NUMBER: _ClassVar[int]
     TOKEN_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     PROPENSITY_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
     steps: _containers.RepeatedCompositeFieldContainer[PlanStep]
     backend: str
     policy_version: str
@@ -42,7 +43,8 @@ class Plan(_message.Message):
     invalid_reason: str
     token_logprobs: _containers.RepeatedScalarFieldContainer[float]
     propensity: float
-    def __init__(self, steps: _Optional[_Iterable[_Union[PlanStep, _Mapping]]] = ..., backend: _Optional[str] = ..., policy_version: _Optional[str] = ..., fallback: _Optional[bool] = ..., invalid_reason: _Optional[str] = ..., token_logprobs: _Optional[_Iterable[float]] = ..., propensity: _Optional[float] = ...) -> None: ...
+    action: str
+    def __init__(self, steps: _Optional[_Iterable[_Union[PlanStep, _Mapping]]] = ..., backend: _Optional[str] = ..., policy_version: _Optional[str] = ..., fallback: _Optional[bool] = ..., invalid_reason: _Optional[str] = ..., token_logprobs: _Optional[_Iterable[float]] = ..., propensity: _Optional[float] = ..., action: _Optional[str] = ...) -> None: ...
 
 class WorkflowPlanned(_message.Message):
     __slots__ = ("request", "plan", "planned_unix_ms")

@@ -17,6 +17,7 @@ class Proposal:
     policy_version: str = ""
     token_logprobs: list[float] = field(default_factory=list)
     propensity: float = 0.0
+    action: str = ""
 
 
 class ConductorBackend(Protocol):

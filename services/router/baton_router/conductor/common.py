@@ -27,6 +27,10 @@ from baton_router.conductor.prompt import cards_from, conductor_messages, conver
 from baton_router.conductor.schema import ConductorOutputError, PlanBounds, parse_plan
 
 
+class ConductorUnavailable(RuntimeError):
+    """The backend cannot run here: a package or the model is missing."""
+
+
 class PlanPrompter:
     """Builds the conductor's chat messages and reads its answers for one configured worker pool."""
 

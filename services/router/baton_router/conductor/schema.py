@@ -11,7 +11,8 @@ Two constraints are derived from the same bounds:
   nor that a step reads only earlier steps, so plans decoded under it can still fail validation.
 - an EBNF grammar for xgrammar with one alternative per plan length, which enforces both. Without
   bounds a small model writes until `max_new_tokens` and the JSON is cut off, so every string and
-  list is bounded in both.
+  list is bounded in both; given a token budget, the grammar also shortens the instructions of
+  longer plans so that its longest text fits the budget, and no plan can be cut off.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ class PlanBounds:
     pool_size: int
     max_steps: int
     max_subtask_chars: int = 160
+    # When set, the grammar shortens instructions in longer plans so that its longest text fits in
+    # this many tokens: a plan can then never be cut off by the token limit (see `subtask_limits`).
+    token_budget: int | None = None
 
     def __post_init__(self) -> None:
         if self.pool_size < 1:
@@ -83,27 +87,61 @@ def _alternatives(values: list[str]) -> str:
     return " | ".join(json.dumps(v) for v in values)
 
 
+def _skeleton_chars(k: int, pool_size: int) -> int:
+    """Characters of the longest k-step plan text apart from its instructions' contents."""
+    model = len(str(pool_size - 1))
+    accesses = [2] + [max(len('"all"'), len(", ".join(str(i - 1) for _ in range(i))) + 2) for i in range(1, k)]
+    fixed = len('{"model_id": [], "subtasks": [], "access_list": []}')
+    separators = 3 * 2 * (k - 1)  # ", " between the k entries of each list
+    return fixed + separators + k * model + k * 2 + sum(accesses)  # 2: the quotes around each instruction
+
+
+def subtask_limits(bounds: PlanBounds) -> dict[int, int]:
+    """Plan length -> longest instruction the grammar allows, for every plan length that fits.
+
+    With a token budget, instructions are printable ASCII, so every token covers at least one
+    character and a plan of k steps takes at most skeleton(k) + k * limit tokens, plus end of text.
+    """
+    limits = {}
+    for k in range(1, bounds.max_steps + 1):
+        limit = bounds.max_subtask_chars
+        if bounds.token_budget is not None:
+            limit = min(limit, (bounds.token_budget - 1 - _skeleton_chars(k, bounds.pool_size)) // k)
+        if limit >= 1:
+            limits[k] = limit
+    if not limits:
+        raise ValueError(f"a token budget of {bounds.token_budget} is too small for even a one-step plan")
+    return limits
+
+
 def plan_grammar(bounds: PlanBounds) -> str:
     """An xgrammar EBNF grammar for plans of 1..max_steps steps whose lists have equal length and
     whose access lists name only earlier steps.
 
-    The text is exactly what `render_plan` writes (one space after separators); subtask strings are
-    1..max_subtask_chars characters, start with a visible character and use no escapes.
+    The text is exactly what `render_plan` writes (one space after separators); instructions start
+    with a visible character and need no escapes (no quotes, backslashes or control characters). With
+    a token budget they are printable ASCII and shorter in longer plans (`subtask_limits`).
     """
-    n, w, chars = bounds.max_steps, bounds.pool_size, bounds.max_subtask_chars
+    w = bounds.pool_size
+    limits = subtask_limits(bounds)
+    if bounds.token_budget is None:
+        first, rest = r'[^"\\\x00-\x20]', r'[^"\\\x00-\x1f]'
+    else:
+        first, rest = r'[!#-\[\]-~]', r'[ !#-\[\]-~]'
+    n = max(limits)
     rules = [
-        "root ::= " + " | ".join(f"plan{k}" for k in range(1, n + 1)),
+        "root ::= " + " | ".join(f"plan{k}" for k in sorted(limits)),
         f"model ::= {_alternatives([str(i) for i in range(w)])}",
-        # Quotes, backslashes and control characters are excluded, so a subtask needs no escapes.
-        r'subtask ::= "\"" [^"\\\x00-\x20] [^"\\\x00-\x1f]' + f"{{0,{chars - 1}}}" + r' "\""',
         'access0 ::= "[]"',
     ]
+    for chars in sorted(set(limits.values())):
+        rules.append(f'subtask{chars} ::= "\\"" {first} {rest}{{0,{chars - 1}}} "\\""')
     for i in range(1, n):
         rules.append(f"step{i} ::= {_alternatives([str(j) for j in range(i)])}")
         rules.append(f'access{i} ::= "[]" | "\\"all\\"" | "[" step{i} ("," " " step{i}){{0,{i - 1}}} "]"')
-    for k in range(1, n + 1):
+    for k in sorted(limits):
         models = ' ", " '.join(["model"] * k)
-        tasks = ' ", " '.join(["subtask"] * k)
+        tasks = ' ", " '.join([f"subtask{limits[k]}"] * k)
         accesses = ' ", " '.join(f"access{i}" for i in range(k))
         rules.append(
             f'plan{k} ::= "{{\\"model_id\\": [" {models} "], \\"subtasks\\": [" {tasks} '

@@ -1,0 +1,168 @@
+"""`make train-demo`: the learning loop, end to end, on sim workers.
+
+1. Traffic with exploration: the `policy` conductor starts with no policy and picks a worker
+   uniformly at random (logging each choice's propensity); the reward logger grades every answer.
+2. Training: the fast policy learns from those episodes; the gate compares it with the uniform
+   policy off-policy on held-back episodes and publishes it only if it is better.
+3. Rollout: the routers load it from baton.policy without restarting.
+4. Fresh traffic (questions never seen in training) shows how the new policy does.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import shutil
+import sys
+import time
+from argparse import Namespace
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import openai
+import yaml
+from tqdm import tqdm
+
+from baton_devtools.stack import REPO_ROOT, Stack, free_port
+
+# One strong, dear model and three small cheap ones: the policy has to learn which to trust.
+WORKERS = [  # name, matrix column, price per Mtok (in, out)
+    ("gemini-pro", "gemini-1.5-pro-002", 1.25, 5.0),
+    ("yi-6b", "Yi-6B", 0.05, 0.1),
+    ("llama2-13b", "Llama-2-13b-hf", 0.1, 0.2),
+    ("llama2-7b", "Llama-2-7b-hf", 0.05, 0.1),
+]
+
+
+def demo_config(dataset: Path, data_dir: Path) -> dict:
+    return {
+        "workers": [{"name": n, "provider": "sim", "model": m, "sim": {"dataset": str(dataset), "latency_ms": 5},
+                     "limits": {"concurrency": 32}, "price": {"input_per_mtok": pi, "output_per_mtok": po}}
+                    for n, m, pi, po in WORKERS],
+        "conductor": {"backend": "policy", "policy": {"epsilon": 0.1}},
+        "kafka": {"partitions": 4, "session_timeout_ms": 6000, "heartbeat_interval_ms": 1000},
+        "reward_logger": {"flush_interval_s": 0.5, "reward_scheme": "quality_minus_cost"},
+    }
+
+
+def questions(dataset: Path) -> tuple[list[dict], list[dict]]:
+    """Training and fresh questions, split by a hash of the question so the split never moves."""
+    csv.field_size_limit(sys.maxsize)
+    with dataset.open(newline="", encoding="utf-8") as f:
+        rows = [r for r in csv.DictReader(f) if r.get("answer")]
+    train, fresh = [], []
+    for r in rows:
+        h = int.from_bytes(hashlib.blake2b(r["prompt"].encode(), digest_size=8).digest(), "big") / 2**64
+        (fresh if h < 0.3 else train).append(r)
+    return train, fresh
+
+
+def ask_all(client: openai.OpenAI, rows: list[dict], label: str, workers: int = 8) -> list[dict]:
+    from baton_graders import grade
+
+    def ask(r):
+        c = client.chat.completions.create(
+            model="baton", messages=[{"role": "user", "content": r["prompt"]}],
+            metadata={"reference": r["answer"], "grader": "choice", "eval_name": r["eval_name"]})
+        info = c.model_extra["baton"]
+        return {"right": grade("choice", c.choices[0].message.content, r["answer"]).score,
+                "cost": info["cost_usd"], "calls": info["calls"], "version": info["plan"]["policy_version"],
+                "workers": [s["worker"] for s in info["plan"]["steps"]]}
+
+    with ThreadPoolExecutor(workers) as pool:
+        return list(tqdm(pool.map(ask, rows), total=len(rows), desc=label, unit="q", file=sys.stderr))
+
+
+def summary(results: list[dict]) -> dict:
+    n = len(results)
+    return {"questions": n, "accuracy": sum(r["right"] for r in results) / n,
+            "cost_per_query": sum(r["cost"] for r in results) / n, "calls_per_query": sum(r["calls"] for r in results) / n}
+
+
+def best_single(dataset: Path, rows: list[dict]) -> dict:
+    """Each worker's accuracy on the same fresh questions, from the matrix: the bar to clear."""
+    return {name: sum(float(r[col] or 0) for r in rows) / len(rows) for name, col, *_ in WORKERS}
+
+
+def wait_for_version(router_port: int, version: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = httpx.get(f"http://127.0.0.1:{router_port}/metrics", timeout=2).text
+        if f'version="{version}"' in text:
+            return
+        time.sleep(0.3)
+    raise TimeoutError(f"the router did not load policy {version}")
+
+
+def run_train_demo(run_dir: Path, n_train: int = 500, n_fresh: int = 200, out=print) -> dict:
+    dataset = (REPO_ROOT.parent / "shared" / "data" / "routing" / "mmlu_pro_dev.csv").resolve()
+    shutil.rmtree(run_dir, ignore_errors=True)  # each run starts from no policy and no episodes
+    run_dir.mkdir(parents=True)
+    cfg = run_dir / "baton.yaml"
+    cfg.write_text(yaml.safe_dump(demo_config(dataset, run_dir / "data")))
+    train_rows, fresh_rows = questions(dataset)
+    train_rows, fresh_rows = train_rows[:n_train], fresh_rows[:n_fresh]
+    stack = Stack(run_dir / "stack", config_file=cfg, gateway_port=free_port())
+    stack.start(echo=lambda m: out(m))
+    try:
+        client = openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0, timeout=120)
+        out(f"1/4 traffic: {len(train_rows)} questions; the conductor has no policy yet and explores uniformly")
+        before = summary(ask_all(client, train_rows, "explore"))
+        time.sleep(2.0)  # the reward logger flushes every 0.5 s
+        out("2/4 training the fast policy on the logged episodes and gating it off-policy")
+        from baton_trainer.train_fast import train_fast
+
+        version = time.strftime("v%H%M%S")
+        trained = train_fast(Namespace(config=str(cfg), store=str(run_dir / "policies"), name="baton",
+                                       episodes=str(stack.dataset_dir / "episodes"), holdout=0.3, min_episodes=50,
+                                       cost_weight=0.0, version=version, publish=True, quiet=False,
+                                       bootstrap_servers=stack.bootstrap_servers))
+        gate = trained["gate"]
+        out(f"   gate: candidate {gate['candidate']:.3f} vs current {gate['current']:.3f} "
+            f"(difference {gate['difference']:+.3f}, 95% lower bound {gate['lower']:+.3f}) -> "
+            f"{'published ' + version if trained['published'] else 'not published: ' + trained['reason']}")
+        after = None
+        if trained["published"]:
+            router = next(s for s in stack.services if s.name == "router")
+            wait_for_version(router.port, version)
+            out(f"3/4 rollout: the router serves {version} (no restart)")
+            out(f"4/4 fresh traffic: {len(fresh_rows)} questions never seen in training")
+            results = ask_all(client, fresh_rows, "fresh")
+            assert all(r["version"] == version for r in results), "every fresh answer came from the new policy"
+            after = summary(results)
+    finally:
+        stack.stop()
+    singles = best_single(dataset, fresh_rows)
+    report = {"before": before, "after": after, "gate": trained["gate"], "published": trained["published"],
+              "version": version, "single_workers_on_fresh": singles}
+    out(f"\nuniform exploration (training questions): accuracy {before['accuracy']:.1%}")
+    if after:
+        top = max(singles, key=singles.get)
+        out(f"learned policy {version} (fresh questions):   accuracy {after['accuracy']:.1%}, "
+            f"${after['cost_per_query']:.6f} per query")
+        out(f"best single worker on the fresh questions ({top}): {singles[top]:.1%}")
+        report["plot"] = str(plot(report, run_dir / "train_demo.png"))
+        out(f"plot: {report['plot']}")
+    return report
+
+
+def plot(report: dict, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = ["uniform (explore)", f"learned {report['version']}"] + [f"{k} alone" for k in report["single_workers_on_fresh"]]
+    values = [report["before"]["accuracy"], report["after"]["accuracy"], *report["single_workers_on_fresh"].values()]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    bars = ax.bar(labels, values, color=["#999999", "#2b7bb9"] + ["#cccccc"] * len(report["single_workers_on_fresh"]))
+    ax.bar_label(bars, labels=[f"{v:.1%}" for v in values])
+    ax.set_ylabel("accuracy")
+    ax.set_title("Baton learning loop: before and after one round of training")
+    ax.set_ylim(0, 1)
+    plt.setp(ax.get_xticklabels(), rotation=20, ha="right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -1,0 +1,122 @@
+"""Measure a model-backed conductor on real questions: load time, plans per second alone and batched,
+how many plans parse and how many pass the planner's validation, and what the plans look like.
+
+    python -m baton_router.conductor.measure --config config/baton.yaml --questions 16 \\
+        --csv ../shared/data/routing/mmlu_pro_dev.csv --set transformers.temperature=0.7
+
+Prints one JSON document. Plans are written through `propose`, exactly as the router asks for them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import csv
+import json
+import time
+from pathlib import Path
+
+import yaml
+from baton.v1 import common_pb2, requests_pb2
+
+from baton_platform.config import BatonConfig, load_config
+from baton_router.conductor import ConductorOutputError, build_backend
+from baton_workflow import plan_problems
+
+
+def read_questions(path: Path, n: int, max_chars: int) -> list[str]:
+    with path.open(newline="") as f:
+        prompts = (row["prompt"] for row in csv.DictReader(f))
+        return [p for p in prompts if len(p) <= max_chars][:n]
+
+
+def with_overrides(config: BatonConfig, backend: str, sets: list[str]) -> BatonConfig:
+    data = config.model_dump(mode="json")
+    data["conductor"]["backend"] = backend
+    for item in sets:
+        key, _, raw = item.partition("=")
+        target = data["conductor"]
+        *parents, leaf = key.split(".")
+        for part in parents:
+            if not isinstance(target.get(part), dict):
+                target[part] = {}
+            target = target[part]
+        target[leaf] = yaml.safe_load(raw)
+    return BatonConfig(**data)
+
+
+def ask(i: int, text: str) -> requests_pb2.ChatRequest:
+    return requests_pb2.ChatRequest(request_id=f"q{i}", policy="baton",
+                                    messages=[common_pb2.ChatMessage(role="user", content=text)])
+
+
+async def measure(config: BatonConfig, questions: list[str], single: int, samples: int) -> dict:
+    backend = build_backend(config)
+    workers = [w.name for w in config.workers]
+    max_steps = config.conductor.max_steps
+    started = time.perf_counter()
+    await backend.start()
+    load_s = time.perf_counter() - started
+
+    async def one(i: int, q: str):
+        try:
+            return await backend.propose(ask(i, q))
+        except ConductorOutputError as e:
+            return e
+
+    t = time.perf_counter()
+    alone = [await one(i, q) for i, q in enumerate(questions[:single])]
+    single_s = time.perf_counter() - t
+    t = time.perf_counter()
+    batched = await asyncio.gather(*(one(i, q) for i, q in enumerate(questions)))
+    batched_s = time.perf_counter() - t
+    await backend.aclose()
+
+    parsed = [p for p in batched if not isinstance(p, Exception)]
+    valid = [p for p in parsed if not plan_problems(p.plan, workers, max_steps)]
+    steps = collections.Counter(p.plan.steps for p in parsed)
+    first_workers = collections.Counter(tuple(p.plan.workers) for p in parsed)
+    distinct_subtasks = len({s for p in parsed for s in p.plan.subtasks})
+    return {
+        "backend": backend.name,
+        "load_s": round(load_s, 2),
+        "single": {"plans": len(alone), "seconds": round(single_s, 2),
+                   "plans_per_s": round(len(alone) / single_s, 3) if single_s else None},
+        "batched": {"plans": len(batched), "seconds": round(batched_s, 2),
+                    "plans_per_s": round(len(batched) / batched_s, 3),
+                    "generate_calls": getattr(backend, "generate_calls", None),
+                    "batch_sizes": getattr(backend, "batch_sizes", None)},
+        "parse_rate": round(len(parsed) / len(batched), 3),
+        "valid_share": round(len(valid) / len(batched), 3),
+        "steps": dict(sorted(steps.items())),
+        "worker_sequences": {" > ".join(k): v for k, v in first_workers.most_common()},
+        "distinct_subtasks": distinct_subtasks,
+        "mean_tokens": round(sum(len(p.token_logprobs) for p in parsed) / max(len(parsed), 1), 1),
+        "failures": [str(e)[:200] for e in batched if isinstance(e, Exception)],
+        "samples": [{"question": q[:100], "workers": p.plan.workers, "subtasks": p.plan.subtasks,
+                     "access": p.plan.access, "tokens": len(p.token_logprobs),
+                     "logprob_sum": round(sum(p.token_logprobs), 2), "propensity": p.propensity}
+                    for q, p in list(zip(questions, batched))[:samples] if not isinstance(p, Exception)],
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--config", required=True, help="Baton YAML file (its workers form the pool)")
+    parser.add_argument("--backend", default="transformers", choices=["transformers", "openai", "vllm"])
+    parser.add_argument("--csv", required=True, type=Path, help="questions: a CSV with a `prompt` column")
+    parser.add_argument("--questions", type=int, default=16)
+    parser.add_argument("--max-chars", type=int, default=600, help="use questions of at most this length")
+    parser.add_argument("--single", type=int, default=2, help="plans written one at a time first")
+    parser.add_argument("--samples", type=int, default=5)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="conductor setting, e.g. transformers.batch_size=8 (repeatable)")
+    args = parser.parse_args(argv)
+    config = with_overrides(load_config(args.config), args.backend, args.set)
+    questions = read_questions(args.csv, args.questions, args.max_chars)
+    print(json.dumps(asyncio.run(measure(config, questions, args.single, args.samples)), indent=2))
+
+
+if __name__ == "__main__":
+    main()

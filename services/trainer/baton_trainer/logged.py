@@ -1,0 +1,39 @@
+"""Logged episodes (the reward logger's Parquet dataset) as bandit feedback for the fast policy."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.dataset as ds
+
+from .fastpolicy import Episode
+
+
+@dataclass(frozen=True)
+class Logged:
+    episode: Episode
+    policy_version: str
+    request_id: str
+
+
+def read_episodes(root: str | Path, *, policy_backend: str = "policy") -> list[Logged]:
+    """Graded episodes a `policy` conductor chose, with the action and propensity it logged."""
+    root = Path(root)
+    if not any(root.rglob("*.parquet")):
+        return []
+    cols = ["request_id", "query", "metadata_json", "plan_backend", "plan_action", "plan_propensity",
+            "plan_policy_version", "quality", "cost_usd", "plan_fallback"]
+    table = ds.dataset(root, format="parquet", partitioning="hive").to_table(columns=cols)
+    out = []
+    seen: set[str] = set()
+    for r in table.to_pylist():
+        if (r["plan_backend"] != policy_backend or r["quality"] is None or not r["plan_action"]
+                or not r["plan_propensity"] or r["plan_fallback"] or r["request_id"] in seen):
+            continue
+        seen.add(r["request_id"])  # a redelivered response is one decision
+        eval_name = json.loads(r["metadata_json"] or "{}").get("eval_name")
+        out.append(Logged(Episode(r["query"], r["plan_action"], float(r["quality"]), float(r["plan_propensity"]),
+                                  eval_name, float(r["cost_usd"])), r["plan_policy_version"], r["request_id"]))
+    return out

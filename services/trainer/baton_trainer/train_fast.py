@@ -1,0 +1,121 @@
+"""`baton-trainer train-fast`: learn the fast policy from logged episodes, gate it, roll it out.
+
+    baton-trainer train-fast --episodes DIR --store URI [--publish]   # BATON_CONFIG names the pool
+    baton-trainer rollback --store URI [--to VERSION]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+from baton_platform.config import ConfigError, load_config
+
+from .fastpolicy import Policy
+from .gate import compare, greedy, uniform
+from .logged import read_episodes
+from .store import PolicyStore, announce_sync, local_copy, update
+from .workflows import single
+
+
+def _held_back(request_id: str, share: float) -> bool:
+    h = int.from_bytes(hashlib.blake2b(request_id.encode(), digest_size=8).digest(), "big")
+    return h / 2**64 < share
+
+
+def _models(config) -> list[str]:
+    return [(w.sim.column if w.sim and w.sim.column else w.model) for w in config.workers]
+
+
+def _config(args):
+    config = load_config(args.config)
+    if getattr(args, "bootstrap_servers", None):
+        config.kafka.bootstrap_servers = args.bootstrap_servers
+    return config
+
+
+def train_fast(args) -> dict:
+    config = _config(args)
+    steps = tqdm(total=4, desc="train-fast", unit="step", file=sys.stderr, disable=args.quiet)
+    logged = read_episodes(args.episodes)
+    steps.set_postfix_str(f"{len(logged)} episodes")
+    steps.update()
+    if len(logged) < args.min_episodes:
+        steps.close()
+        return {"published": False, "reason": f"{len(logged)} graded policy episodes; {args.min_episodes} needed"}
+    train = [x.episode for x in logged if not _held_back(x.request_id, args.holdout)]
+    held = [x.episode for x in logged if _held_back(x.request_id, args.holdout)]
+    # The workers' model names are the actions the logging policy took.
+    flows = [single(m) for m in _models(config)]
+    candidate = Policy.fit_logged(train, flows, cost_weight=args.cost_weight)
+    candidate.epsilon = config.conductor.policy.epsilon
+    steps.update()
+    store = PolicyStore(args.store)
+    published = store.versions(args.name)
+    if published:
+        current = Policy.load(local_copy(published[-1]["uri"]))
+        current_prob, current_name = greedy(current), published[-1]["version"]
+    else:
+        current_prob, current_name = uniform(len(flows)), "uniform"
+    result = compare(held, greedy(candidate), current_prob, cost_weight=args.cost_weight)
+    steps.update()
+    version = args.version or time.strftime("v%Y%m%d-%H%M%S")
+    out = {"candidate": version, "current": current_name, "train_episodes": len(train), "gate": result.as_dict()}
+    if result.publish and args.publish:
+        with tempfile.TemporaryDirectory() as tmp:
+            saved = candidate.save(Path(tmp) / "policy")
+            uri = store.put(args.name, version, saved, {
+                "name": args.name, "version": version, "uri": store.uri(args.name, version),
+                "published_unix_ms": int(time.time() * 1000), "gate": result.as_dict(), "previous": current_name})
+        announce_sync(config.kafka, update(args.name, version, uri, estimate=result.candidate, lower=result.lower))
+        out.update(published=True, uri=uri)
+    else:
+        out.update(published=False, reason="the gate said no" if not result.publish else "--publish not given")
+    steps.update()
+    steps.close()
+    return out
+
+
+def rollback(args) -> dict:
+    config = _config(args)
+    versions = PolicyStore(args.store).versions(args.name)
+    if len(versions) < 2 and not args.to:
+        return {"rolled_back": False, "reason": "no earlier version to roll back to"}
+    target = next((v for v in versions if v["version"] == args.to), None) if args.to else versions[-2]
+    if target is None:
+        return {"rolled_back": False, "reason": f"no version {args.to!r}; have {[v['version'] for v in versions]}"}
+    announce_sync(config.kafka, update(args.name, target["version"], target["uri"], rollback=True))
+    return {"rolled_back": True, "version": target["version"], "uri": target["uri"]}
+
+
+def main(argv: list[str] | None = None, command: str = "train-fast") -> int:
+    parser = argparse.ArgumentParser(prog=f"baton-trainer {command}")
+    parser.add_argument("--config", default=None, help="Baton configuration (defaults to BATON_CONFIG)")
+    parser.add_argument("--store", required=True, help="policy store: a directory or fsspec URL")
+    parser.add_argument("--name", default="baton", help="policy name (the key on baton.policy)")
+    parser.add_argument("--bootstrap-servers", default=None, help="overrides kafka.bootstrap_servers")
+    if command == "train-fast":
+        parser.add_argument("--episodes", required=True, help="the episode dataset (reward logger's episodes/)")
+        parser.add_argument("--holdout", type=float, default=0.3, help="share of episodes held back for the gate")
+        parser.add_argument("--min-episodes", type=int, default=50)
+        parser.add_argument("--cost-weight", type=float, default=0.0)
+        parser.add_argument("--version", default=None)
+        parser.add_argument("--publish", action="store_true", help="publish when the gate passes")
+        parser.add_argument("--quiet", action="store_true")
+    else:
+        parser.add_argument("--to", default=None, help="version to return to (default: the one before the latest)")
+    args = parser.parse_args(argv)
+    try:
+        out = train_fast(args) if command == "train-fast" else rollback(args)
+    except ConfigError as e:
+        print(json.dumps({"error": str(e)}))
+        return 2
+    print(json.dumps(out))
+    return 0

