@@ -1,0 +1,434 @@
+"""Baton's benchmarks: overhead against LiteLLM, sustained throughput, and provider limits.
+
+    .venv/bin/python bench/run.py            # everything, about 10 minutes
+    .venv/bin/python bench/run.py --quick    # a short run, about 3 minutes
+    .venv/bin/python bench/run.py --only overhead,limits
+    .venv/bin/python bench/run.py --report-only   # redraw REPORT.md from the last JSON files
+
+Writes bench/results/<benchmark>.json, bench/results/REPORT.md with its PNG plots, and one JSON line
+per result on stdout (progress goes to stderr). Not a test: nothing here passes or fails a build.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import httpx
+import yaml
+
+from baton_devtools.kafka import LocalKafka
+from baton_devtools.stack import Stack, free_port
+
+import limits as limits_bench
+import report
+from loadgen import LAG_LIMIT_MS, Load, generate, pooled
+from procs import (CpuMeter, LITELLM_VERSION, ensure_litellm, litellm_ready_url, start_litellm, start_standin,
+                   wait_http_ok)
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+RESULTS = BENCH / "results"
+BENCHMARKS = ("overhead", "throughput", "limits")
+
+PROVIDER_LATENCY_MS = 50  # the stand-in's fixed answer time in the overhead and throughput runs
+PARTITIONS = 8
+
+
+_T0 = time.monotonic()
+
+
+def echo(msg: str) -> None:
+    print(f"[{time.monotonic() - _T0:5.0f} s] {msg}", file=sys.stderr, flush=True)
+
+
+def emit(record: dict) -> None:
+    print(json.dumps(record), flush=True)
+
+
+class Plan:
+    """Rates, durations and limits of a run; --quick shortens every part."""
+
+    def __init__(self, quick: bool, args: argparse.Namespace) -> None:
+        self.quick = quick
+        self.rates = args.rates or ([10, 20] if quick else [5, 10, 20, 40])
+        # Fine steps at the bottom: on a busy two-core machine Baton saturates in the tens per second.
+        self.steps = args.steps or ([10, 20, 30, 40, 60, 80, 120, 160] if quick
+                                    else [5, 10, 15, 20, 25, 30, 40, 50, 60, 80, 100, 120, 150, 200, 250])
+        self.warm_s = 2.0 if quick else 8.0  # unmeasured load on each target after start-up
+        self.warmup_s = 1.0  # unmeasured start of every measured run
+        self.rounds = 1 if quick else 3
+        self.step_s = 4.0 if quick else 10.0
+        self.p99_limit_ms = args.p99_limit_ms
+        self.request_timeout_s = 10.0
+        self.limit_per_s = 20.0
+        self.limit_window_s = 2.0
+        self.limit_overload = 3.0
+        self.limit_offered_s = 2.0 if quick else 6.0
+        self.replicas = [1, 2, 3]
+
+    def overhead_duration(self, rate: float) -> float:
+        """Measured seconds per target: ~120+ samples at low rates, bounded so the run stays short."""
+        if self.quick:
+            return 4.0
+        return min(24.0, max(10.0, 150.0 / rate))
+
+    @staticmethod
+    def client_procs(rate: float) -> int:
+        # An httpx client costs ~1.5 ms of CPU a request on a quiet core and 3-7 ms on a busy one;
+        # past ~100/s a second process keeps each event loop on schedule (the send lag says whether
+        # it did).
+        return max(1, min(4, math.ceil(rate / 100)))
+
+    def public(self) -> dict:
+        return {k: v for k, v in vars(self).items()}
+
+
+# --- the system under test -----------------------------------------------------------------------
+
+
+def baton_config(path: Path, standin_url: str, request_timeout_s: float) -> Path:
+    """One `openai_compatible` worker on the stand-in and a static one-step plan: Baton adds only its
+    own path (gateway, router, synthesizer, executor, Kafka in between) to the provider call."""
+    data = {
+        "workers": [{"name": "standin", "provider": "openai_compatible", "model": "standin-model",
+                     "base_url": standin_url, "limits": {"concurrency": 1024},
+                     "card": "Local OpenAI stand-in with a fixed latency."}],
+        "conductor": {"backend": "static",
+                      "plan": {"workers": ["standin"], "subtasks": ["Answer the question."], "access": [[]]}},
+        "kafka": {"partitions": PARTITIONS, "session_timeout_ms": 6000, "heartbeat_interval_ms": 1000},
+        "gateway": {"request_timeout_s": request_timeout_s},
+        "synthesizer": {"step_timeout_s": 30},
+    }
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def prime(url: str, model: str, n: int = 20) -> None:
+    """A few requests one at a time: connections, caches and first-call paths warm before measuring."""
+    body = {"model": model, "max_tokens": 16, "messages": [{"role": "user", "content": "warm-up"}]}
+    with httpx.Client(base_url=url, timeout=30, trust_env=False) as client:
+        for _ in range(n):
+            client.post("/chat/completions", json=body).raise_for_status()
+
+
+def warm_up(plan: Plan, targets: dict[str, tuple[str, str]]) -> None:
+    """Some load on every target before anything is measured: the broker's JIT, connection pools
+    and first-call paths otherwise count against whichever run comes first."""
+    for name, (url, model) in targets.items():
+        prime(url, model)
+        if name == "direct":
+            continue  # the stand-in has nothing to warm beyond what prime() did
+        echo(f"warming up {name} ...")
+        generate(Load(url=url, model=model, rate=10, duration_s=plan.warm_s, warmup_s=0, seed=999))
+
+
+def metered(meter: CpuMeter, load: Load) -> tuple[dict, dict]:
+    meter.start()
+    out = generate(load)
+    cpu = meter.stop()
+    # The load generators are our own processes too; take them out of "others".
+    cpu["client_cores"] = round(out["client_cpu_s"] / cpu["wall_s"], 2)
+    cpu["others_cores"] = round(max(0.0, cpu["others_cores"] - cpu["client_cores"]), 2)
+    cpu["requests"] = len(out["records"])
+    return out, cpu
+
+
+def merged_cpu(cpus: list[dict]) -> dict:
+    """CPU readings of several runs as one reading over their combined time."""
+    wall = sum(c["wall_s"] for c in cpus)
+    names = {n for c in cpus for n in c["cpu_s"]}
+    cpu_s = {n: round(sum(c["cpu_s"].get(n, 0.0) for c in cpus), 3) for n in names}
+
+    def weighted(key: str) -> float:
+        return round(sum(c[key] * c["wall_s"] for c in cpus) / wall, 3)
+
+    return {"wall_s": round(wall, 2), "cpu_s": cpu_s, "core_share": {n: round(v / wall, 3) for n, v in cpu_s.items()},
+            "machine_busy_share": weighted("machine_busy_share"), "others_cores": weighted("others_cores"),
+            "client_cores": weighted("client_cores"), "cores": weighted("cores"),
+            "requests": sum(c["requests"] for c in cpus)}
+
+
+# --- 1. overhead ------------------------------------------------------------------------------------
+
+
+def bench_overhead(plan: Plan, targets: dict[str, tuple[str, str]], meter: CpuMeter) -> dict:
+    """Each rate's time is cut into rounds in which every target takes a turn (in rotating order), so
+    a burst of load from other tenants of the machine lands on all targets alike, not on one."""
+    runs, rows = [], []
+    for i, rate in enumerate(plan.rates):
+        duration = plan.overhead_duration(rate)
+        procs = plan.client_procs(rate)
+        outs: dict[str, list[dict]] = {name: [] for name in targets}
+        cpus: dict[str, list[dict]] = {name: [] for name in targets}
+        echo(f"overhead: {rate:g} req/s, {duration:g} s per target in {plan.rounds} round(s) ...")
+        for k in range(plan.rounds):
+            names = list(targets)
+            turn = (i + k) % len(names)
+            for name in names[turn:] + names[:turn]:
+                url, model = targets[name]
+                load = Load(url=url, model=model, rate=rate, duration_s=duration / plan.rounds,
+                            warmup_s=plan.warmup_s, timeout_s=plan.request_timeout_s + 5, seed=(i + 1) * 100 + k,
+                            procs=procs)
+                out, cpu = metered(meter, load)
+                outs[name].append(out)
+                cpus[name].append(cpu)
+        by_target = {}
+        for name in targets:
+            out, cpu = pooled(outs[name], duration, procs), merged_cpu(cpus[name])
+            s = by_target[name] = out["summary"]
+            latencies = sorted(r[2] for r in out["records"] if not r[4] and r[3] == 200)
+            runs.append({"rate": rate, "target": name, "duration_s": duration, "rounds": plan.rounds, "summary": s,
+                         "cpu": cpu, "latencies_ms": latencies})
+            emit({"bench": "overhead", "kind": "latency", "rate": rate, "target": name, **s,
+                  "cpu_ms_per_request": {n: round(v * 1000 / cpu["requests"], 2) for n, v in cpu["cpu_s"].items()},
+                  "others_cores": cpu["others_cores"]})
+        for q in ("p50", "p95", "p99"):
+            row = overhead_row(rate, q, by_target)
+            rows.append(row)
+            emit({"bench": "overhead", "kind": "overhead", **row})
+    return {"runs": runs, "overhead": rows}
+
+
+def overhead_row(rate: float, q: str, by_target: dict[str, dict]) -> dict:
+    key = f"{q}_ms"
+    direct = by_target.get("direct", {}).get(key)
+    row = {"rate": rate, "percentile": q, "direct_ms": direct}
+    for name in ("baton", "litellm"):
+        value = by_target.get(name, {}).get(key)
+        row[f"{name}_ms"] = value
+        row[f"{name}_overhead_ms"] = round(value - direct, 2) if value is not None and direct is not None else None
+    baton, peer = row["baton_overhead_ms"], row["litellm_overhead_ms"]
+    row["ratio"] = round(baton / peer, 2) if baton is not None and peer is not None and peer > 0 else None
+    return row
+
+
+# --- 2. throughput ------------------------------------------------------------------------------------
+
+
+def bench_throughput(plan: Plan, url: str, meter: CpuMeter) -> dict:
+    """Step the offered rate up until a step fails twice in a row.
+
+    A failed step is run once more before it counts: on a shared machine one burst from another
+    tenant can spoil a single 10 s window, and the maximum should not hinge on that.
+    """
+    steps, best = [], None
+    for i, rate in enumerate(plan.steps):
+        for attempt in (1, 2):
+            step = _throughput_step(plan, url, meter, rate, seed=100 + i + 50 * (attempt - 1), attempt=attempt)
+            steps.append(step)
+            if step["verdict"] == "pass":
+                break
+        if step["verdict"] != "pass":
+            break
+        best = step
+        time.sleep(1.0)
+    result = {
+        "criterion": {
+            "all_answered": "every request sent in the measured window got a 200 with an answer (no error, "
+                            f"no 504, no client timeout at {plan.request_timeout_s + 5:g} s)",
+            "p99_limit_ms": plan.p99_limit_ms,
+            "client_lag_limit_ms": LAG_LIMIT_MS,
+            "step_s": plan.step_s,
+            "retry": "a failed step is run once more; the rate fails only if both tries fail",
+        },
+        "steps": steps,
+        "max_sustained_rps": best["offered_rps"] if best else None,
+        "achieved_rps_at_max": best["summary"]["achieved_rps"] if best else None,
+        "stopped_by": steps[-1]["why"] if steps and steps[-1]["verdict"] != "pass" else "the last step passed",
+    }
+    emit({"bench": "throughput", "kind": "max", "max_sustained_rps": result["max_sustained_rps"],
+          "achieved_rps_at_max": result["achieved_rps_at_max"], "stopped_by": result["stopped_by"]})
+    return result
+
+
+def _throughput_step(plan: Plan, url: str, meter: CpuMeter, rate: float, *, seed: int, attempt: int) -> dict:
+    load = Load(url=url, model="baton", rate=rate, duration_s=plan.step_s, warmup_s=1.0,
+                timeout_s=plan.request_timeout_s + 5, seed=seed, procs=plan.client_procs(rate))
+    again = " (second try)" if attempt > 1 else ""
+    echo(f"throughput: {rate:g} workflows/s for {plan.step_s:g} s ({load.procs} client process(es)){again} ...")
+    out, cpu = metered(meter, load)
+    s = out["summary"]
+    verdict, why = judge(s, plan.p99_limit_ms)
+    emit({"bench": "throughput", "kind": "step", "offered_rps": rate, "attempt": attempt, "verdict": verdict,
+          "why": why, **s, "core_share": cpu["core_share"], "others_cores": cpu["others_cores"]})
+    return {"offered_rps": rate, "attempt": attempt, "verdict": verdict, "why": why, "summary": s, "cpu": cpu,
+            "latencies_ms": sorted(r[2] for r in out["records"] if not r[4] and r[3] == 200)}
+
+
+def judge(s: dict, p99_limit_ms: float) -> tuple[str, str]:
+    """pass, fail (Baton lost or delayed requests) or client-bound (the generator fell behind).
+
+    A late generator offered less than the nominal rate: a failure under that lighter load is still
+    a failure, but a pass under it proves nothing about the nominal rate.
+    """
+    lag = "" if s["client_keeping_up"] else f" (and the load generator fell behind: send lag p99 {s['lag_p99_ms']} ms)"
+    if s["ok"] < s["sent"]:
+        return "fail", f"{s['sent'] - s['ok']} of {s['sent']} requests not answered: {s['errors']}{lag}"
+    if s["p99_ms"] is None or s["p99_ms"] > p99_limit_ms:
+        return "fail", f"p99 {s['p99_ms']} ms above the {p99_limit_ms:g} ms bound{lag}"
+    if lag:
+        return "client-bound", f"the load generator fell behind its schedule (send lag p99 {s['lag_p99_ms']} ms)"
+    return "pass", f"all {s['sent']} answered, p99 {s['p99_ms']} ms"
+
+
+# --- 3. limits ---------------------------------------------------------------------------------------
+
+
+def bench_limits(plan: Plan, bootstrap: str, work: Path, logs: Path) -> dict:
+    child, url = start_standin(logs, name="standin-limited", latency_ms=20,
+                               rpm=int(plan.limit_per_s * plan.limit_window_s), window_s=plan.limit_window_s)
+    try:
+        runs = asyncio.run(limits_bench.run_limits(
+            bootstrap, url, plan.replicas, limit_per_s=plan.limit_per_s, window_s=plan.limit_window_s,
+            offered_s=plan.limit_offered_s, overload=plan.limit_overload, partitions=PARTITIONS, work_dir=work,
+            log_dir=logs, echo=echo, emit=lambda run: emit({"bench": "limits", **run})))
+    finally:
+        child.stop()
+    return {
+        "method": "tasks published straight to baton.tasks.openai_compatible (no gateway, router or "
+                  "synthesizer); one consumer group of executors scaled up 1 → 2 → 3 between measurements",
+        "limit_per_s": plan.limit_per_s, "window_s": plan.limit_window_s, "overload": plan.limit_overload,
+        "provider_latency_ms": 20, "runs": runs,
+    }
+
+
+# --- orchestration -----------------------------------------------------------------------------------
+
+
+def machine_meta(argv: list[str], plan: Plan) -> dict:
+    def git(*a: str) -> str:
+        try:
+            return subprocess.run(["git", *a], cwd=REPO, capture_output=True, text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    model = ""
+    with contextlib.suppress(OSError):
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    return {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join(["bench/run.py", *argv]),
+        "quick": plan.quick,
+        "cpus": os.cpu_count(),
+        "cpu_model": model,
+        "load_average_at_start": os.getloadavg(),
+        "python": platform.python_version(),
+        "commit": git("rev-parse", "--short", "HEAD"),
+        "worktree_dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+        "litellm": LITELLM_VERSION,
+        "litellm_workers": 1,
+        "provider_latency_ms": PROVIDER_LATENCY_MS,
+        "plan": plan.public(),
+    }
+
+
+def write_json(name: str, meta: dict, data: dict) -> None:
+    meta = {**meta, "load_average_at_end": os.getloadavg()}
+    (RESULTS / f"{name}.json").write_text(json.dumps({"meta": meta, **data}, indent=1))
+
+
+def run(args: argparse.Namespace, argv: list[str]) -> None:
+    plan = Plan(args.quick, args)
+    wanted = [b.strip() for b in args.only.split(",")] if args.only else list(BENCHMARKS)
+    unknown = set(wanted) - set(BENCHMARKS)
+    if unknown:
+        raise SystemExit(f"unknown benchmark(s) {sorted(unknown)}; choose from {', '.join(BENCHMARKS)}")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    work = RESULTS / "work"
+    shutil.rmtree(work, ignore_errors=True)
+    logs = work / "logs"
+    logs.mkdir(parents=True)
+    meta = machine_meta(argv, plan)
+    started = time.monotonic()
+    echo(f"results in {RESULTS}; logs in {logs}")
+
+    with contextlib.ExitStack() as cleanup:
+        http = "overhead" in wanted or "throughput" in wanted
+        litellm = None
+        if http:
+            standin, standin_url = start_standin(logs, latency_ms=PROVIDER_LATENCY_MS)
+            cleanup.callback(standin.stop)
+            if "overhead" in wanted and "litellm" in args.targets.split(","):
+                # Started first: its half a minute of start-up overlaps Kafka's and Baton's.
+                litellm, litellm_url, litellm_model = start_litellm(ensure_litellm(echo), standin_url, work / "litellm",
+                                                                     logs)
+                cleanup.callback(litellm.stop)
+        kafka = LocalKafka(log_file=logs / "kafka.log")
+        echo("starting Kafka ...")
+        kafka.start()
+        cleanup.callback(kafka.stop)
+
+        if http:
+            config = baton_config(work / "baton.yaml", standin_url, plan.request_timeout_s)
+            baton = Stack(work / "stack", config_file=config, gateway_port=free_port(),
+                          bootstrap_servers=kafka.bootstrap_servers, env={"OTEL_TRACES_EXPORTER": "none"})
+            baton.start(echo=echo)
+            cleanup.callback(baton.stop)
+            roots = {"kafka": kafka.pid, "standin": standin.pid, **{s.name: s.pid for s in baton.services}}
+            targets = {"direct": (standin_url, "standin-model"), "baton": (baton.base_url, "baton")}
+            if litellm is not None:
+                echo("waiting for the LiteLLM proxy ...")
+                wait_http_ok(litellm_ready_url(litellm_url), litellm, timeout=180)
+                targets["litellm"] = (litellm_url, litellm_model)
+                roots["litellm"] = litellm.pid
+            meter = CpuMeter(roots)
+            warm_up(plan, targets)
+            if "overhead" in wanted:
+                chosen = {"direct", *args.targets.split(",")}
+                measured = {k: v for k, v in targets.items() if k in chosen}
+                data = bench_overhead(plan, measured, meter)
+                write_json("overhead", meta, {"targets": list(measured), **data})
+            if litellm is not None:
+                litellm.stop()
+                meter.roots.pop("litellm", None)
+            if "throughput" in wanted:
+                data = bench_throughput(plan, baton.base_url, meter)
+                write_json("throughput", meta, data)
+            baton.stop()
+            standin.stop()
+
+        if "limits" in wanted:
+            data = bench_limits(plan, kafka.bootstrap_servers, work, logs)
+            write_json("limits", meta, data)
+
+    echo(f"done in {time.monotonic() - started:.0f} s")
+    report.render(RESULTS, echo)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="a short run (about 3 minutes)")
+    p.add_argument("--only", default="", help=f"comma-separated subset of: {', '.join(BENCHMARKS)}")
+    p.add_argument("--rates", type=lambda s: [float(x) for x in s.split(",")], default=None,
+                   help="overhead: request rates (req/s), comma-separated")
+    p.add_argument("--steps", type=lambda s: [float(x) for x in s.split(",")], default=None,
+                   help="throughput: offered rates to step through, comma-separated")
+    p.add_argument("--p99-limit-ms", type=float, default=1000.0,
+                   help="throughput: a step whose p99 exceeds this has not kept latency bounded")
+    p.add_argument("--targets", default="direct,baton,litellm",
+                   help="overhead: which of direct, baton, litellm to measure (direct is always needed)")
+    p.add_argument("--report-only", action="store_true", help="redraw REPORT.md and plots from the JSON files")
+    args = p.parse_args(argv)
+    if args.report_only:
+        report.render(RESULTS, echo)
+        return 0
+    run(args, argv)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
