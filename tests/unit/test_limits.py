@@ -11,39 +11,49 @@ class Clock:
         return self.t
 
 
-def test_a_pacer_spaces_requests_evenly_with_no_initial_burst():
+def test_a_pacer_spaces_calls_evenly_with_no_initial_burst():
     clock = Clock()
     p = Pacer(10.0, clock)
-    waits = [p.reserve() for _ in range(5)]
-    assert [round(w, 9) for w in waits] == [0.0, 0.1, 0.2, 0.3, 0.4]
+    assert p.try_take() == 0.0
+    assert round(p.try_take(), 9) == 0.1, "the next call waits its turn"
+    clock.t += 0.1
+    assert p.try_take() == 0.0
 
 
-def test_idle_time_does_not_bank_a_burst():
+def test_a_stall_releases_at_most_one_extra_call():
     clock = Clock()
     p = Pacer(10.0, clock)
-    p.reserve()
-    clock.t += 60
-    assert p.reserve() == 0.0
-    assert abs(p.reserve() - 0.1) < 1e-9, "a minute idle buys no burst"
+    p.try_take()
+    clock.t += 60  # a long stall, or a minute idle
+    assert p.try_take() == 0.0 and p.try_take() == 0.0
+    assert round(p.try_take(), 9) == 0.1, "no burst of overdue calls"
 
 
-def test_a_pause_holds_every_reservation():
+def test_a_pause_holds_every_call():
     clock = Clock()
     p = Pacer(None, clock)
-    assert p.reserve() == 0.0, "no limit configured"
+    assert p.try_take() == 0.0, "no limit configured"
     p.pause(2.0)
-    assert p.reserve() == 2.0
-    limited = Pacer(10.0, clock)
-    limited.pause(1.0)
-    assert limited.reserve() == 1.0 and abs(limited.reserve() - 1.1) < 1e-9
+    assert p.try_take() == 2.0
+    clock.t += 2.0
+    assert p.try_take() == 0.0
 
 
-def test_token_corrections_move_later_reservations():
+def test_token_corrections_move_later_calls():
     clock = Clock()
     p = Pacer(100.0, clock)
-    p.reserve(100)  # estimated 100 tokens: one second of budget
+    p.try_take(100)  # estimated 100 tokens: one second of budget
     p.correct(100)  # they were 200
-    assert abs(p.reserve(1) - 2.0) < 1e-9
+    assert round(p.try_take(1), 9) == 2.0
+
+
+async def test_admission_follows_the_rate_in_real_time():
+    w = WorkerLimits(rpm=1200, tpm=None, concurrency=8, headroom=1.0)
+    await w.set_share(1.0)  # 20 calls per second
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    await asyncio.gather(*(w.admit(10) for _ in range(11)))
+    assert 0.45 <= loop.time() - start <= 1.0, "11 calls at 20/s take about half a second"
 
 
 async def test_shares_scale_every_limit():

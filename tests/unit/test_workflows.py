@@ -149,3 +149,13 @@ def test_streaming_requests_get_progress_notes(write_config):
     wf.on_completed("r1", completed(0, "x"))
     notes = [a.response.progress for a in wf.advance(run) if isinstance(a, Notify)]
     assert [(p.step, p.state) for p in notes] == [(0, "completed"), (1, "started")]
+
+
+def test_a_plan_delivered_again_after_its_workflow_finished_does_not_run_again(write_config):
+    wf, run, _ = setup(write_config, Plan(workers=["gemini-pro"], subtasks=["a"], access=[[]]))
+    wf.advance(run)
+    wf.on_completed("r1", completed(0, "done"))
+    wf.advance(run)
+    wf.forget("r1")
+    again = workflow_pb2.WorkflowPlanned(request=run.request, plan=run.plan_proto)
+    assert wf.on_planned(again) is None and "r1" not in wf.runs

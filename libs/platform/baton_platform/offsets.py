@@ -12,7 +12,7 @@ import heapq
 import logging
 import time
 
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,8 @@ class CommitPacer:
         self.consumer = None
 
     async def maybe_commit(self, consumer=None, force: bool = False) -> None:
-        if consumer is not None:
+        # Only a real Kafka consumer takes offsets (FastStream's in-memory test broker has none).
+        if isinstance(consumer, AIOKafkaConsumer):
             self.consumer = consumer
         now = time.monotonic()
         if self.consumer is None or (not force and now - self._last < self._interval):

@@ -16,7 +16,13 @@ from collections.abc import Callable
 
 
 class Pacer:
-    """Spaces units at `rate` per second; a reservation waits until its turn (no burst credit)."""
+    """Spaces units at `rate` per second, with at most one unit of credit.
+
+    A call takes its units only when it actually goes out (`try_take`); a call that cannot go yet
+    learns how long to wait and asks again. Slots are never booked ahead, so a process that stalls
+    (a busy CPU, a long GC) does not release a burst of overdue calls when it wakes: after any stall
+    at most one extra unit goes out at once.
+    """
 
     def __init__(self, rate_per_s: float | None, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
@@ -31,14 +37,15 @@ class Pacer:
     def set_rate(self, rate_per_s: float | None) -> None:
         self._rate = rate_per_s
 
-    def reserve(self, units: float = 1.0) -> float:
-        """Book `units` and return the seconds to wait before using them."""
+    def try_take(self, units: float = 1.0) -> float:
+        """Take `units` now and return 0, or return the seconds until they could be taken."""
         now = self._clock()
-        if not self._rate:
-            return max(0.0, self._paused_until - now)
-        start = max(now, self._next, self._paused_until)
-        self._next = start + units / self._rate
-        return start - now
+        wait = max(self._paused_until, self._next if self._rate else 0.0) - now
+        if wait > 0:
+            return wait
+        if self._rate:
+            self._next = max(self._next, now - 1.0 / self._rate) + units / self._rate
+        return 0.0
 
     def correct(self, units: float) -> None:
         """Add (or give back, when negative) units after the fact: the real usage was known late."""
@@ -96,11 +103,19 @@ class WorkerLimits:
         await self.slots.resize(max(1, round(self._concurrency * share)) if share > 0 else 1)
 
     async def admit(self, estimated_tokens: int) -> float:
-        """Wait for this call's turn under RPM and TPM; return the seconds waited."""
-        wait = max(self.requests.reserve(1), self.tokens.reserve(estimated_tokens))
-        if wait > 0:
+        """Wait until this call may go under RPM and TPM; return the seconds waited."""
+        waited = 0.0
+        while True:
+            # Tokens first: a call blocked on tokens must not spend a request slot meanwhile.
+            wait = self.tokens.try_take(estimated_tokens)
+            if wait == 0:
+                wait = self.requests.try_take(1)
+                if wait > 0:
+                    self.tokens.correct(-estimated_tokens)  # give the tokens back; ask again later
+            if wait == 0:
+                return waited
             await asyncio.sleep(wait)
-        return wait
+            waited += wait
 
     def settle(self, estimated_tokens: int, actual_tokens: int) -> None:
         self.tokens.correct(actual_tokens - estimated_tokens)

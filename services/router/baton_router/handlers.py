@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from aiokafka import ConsumerRebalanceListener, TopicPartition
 from baton.v1 import policy_pb2, requests_pb2, workflow_pb2
 from faststream import AckPolicy
 from faststream.kafka import KafkaMessage
@@ -14,13 +15,27 @@ from prometheus_client import Counter, Histogram
 from baton_platform import topics
 from baton_platform.kafka import consumer_options
 from baton_platform.messages import PoisonMessage, decode, encode
+from baton_platform.offsets import CommitPacer, OffsetTracker
 from baton_platform.service import Service
 
 from baton_router.exploration import candidates, explores
 from baton_router.planning import Planner
 
 
-def register(service: Service, planner: Planner, backend=None) -> None:
+class _CommitOnRevoke(ConsumerRebalanceListener):
+    def __init__(self, tracker: OffsetTracker, pacer: CommitPacer) -> None:
+        self.tracker, self.pacer = tracker, pacer
+
+    async def on_partitions_revoked(self, revoked) -> None:
+        await self.pacer.maybe_commit(force=True)
+        self.tracker.forget(revoked)
+
+    async def on_partitions_assigned(self, assigned) -> None:
+        return None
+
+
+def register(service: Service, planner: Planner, backend=None):
+    """Wire the subscribers; returns the coroutine function that keeps committing while idle."""
     plans = Counter("baton_plans", "Plans published", ["backend", "outcome"], registry=service.registry)
     latency = Histogram("baton_planning_seconds", "Time to plan one request", registry=service.registry)
     tracer = service.tracer_provider.get_tracer("baton.router")
@@ -45,9 +60,22 @@ def register(service: Service, planner: Planner, backend=None) -> None:
             except Exception as e:  # noqa: BLE001 - a bad artefact must not stop planning with the current one
                 await service.dead_letters.send(msg, f"policy {update.version} could not be loaded: {e}")
 
-    @service.broker.subscriber(topics.REQUESTS, group_id=topics.GROUP_ROUTER, ack_policy=AckPolicy.ACK,
-                               **consumer_options(service.config.kafka))
+    # Offsets are committed in batches (at most every 200 ms), after the plan is published: one
+    # commit round trip per request would cost the router more than planning a static plan.
+    tracker = OffsetTracker()
+    pacer = CommitPacer(tracker, interval_s=0.2)
+
+    @service.broker.subscriber(topics.REQUESTS, group_id=topics.GROUP_ROUTER, ack_policy=AckPolicy.MANUAL,
+                               listener=_CommitOnRevoke(tracker, pacer), **consumer_options(service.config.kafka))
     async def on_request(msg: KafkaMessage) -> None:
+        raw = msg.raw_message
+        tp = TopicPartition(raw.topic, raw.partition)
+        tracker.begin(tp, raw.offset)
+        await plan_request(msg)
+        tracker.finish(tp, raw.offset)
+        await pacer.maybe_commit(getattr(msg, "consumer", None))
+
+    async def plan_request(msg: KafkaMessage) -> None:
         try:
             request = decode(requests_pb2.ChatRequest, msg.body)
             if not request.request_id:
@@ -75,3 +103,13 @@ def register(service: Service, planner: Planner, backend=None) -> None:
                                                      planned_unix_ms=int(time.time() * 1000)),
             )
             await service.broker.publish(encode(event), topics.WORKFLOW, key=candidate.request_id.encode())
+
+    async def commit_while_idle() -> None:
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(0.5)
+                await pacer.maybe_commit(force=True)
+
+        asyncio.get_running_loop().create_task(loop())
+
+    return commit_while_idle

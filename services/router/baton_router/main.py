@@ -19,8 +19,8 @@ SERVICE_NAME = "baton-router"
 def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = None) -> AsgiFastStream:
     service = Service.create(SERVICE_NAME, config, tracer_provider)
     backend = build_backend(config)
-    register(service, Planner(config, backend), backend)
-    return service.asgi_app(on_shutdown=[backend.aclose])
+    commit_while_idle = register(service, Planner(config, backend), backend)
+    return service.asgi_app(after_startup=[commit_while_idle], on_shutdown=[backend.aclose])
 
 
 def run() -> None:

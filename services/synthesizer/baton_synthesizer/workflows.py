@@ -9,6 +9,7 @@ ends the request with a clear error, never a hang.
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,13 +81,16 @@ class Workflows:
         self._clock = clock
         self._step_timeout_ms = int(config.synthesizer.step_timeout_s * 1000)
         self.runs: dict[str, Run] = {}
+        # Recently finished requests: a plan delivered again (the router re-read its input after a
+        # crash) must not run a finished workflow a second time.
+        self._finished: OrderedDict[str, None] = OrderedDict()
 
     # -- events --------------------------------------------------------------------------------
 
     def on_planned(self, planned: workflow_pb2.WorkflowPlanned, origin: Any = None, trace_context: Any = None) -> Run | None:
         """Start a run (a redelivered plan for a known run is ignored). Returns the new run."""
         rid = planned.request.request_id
-        if rid in self.runs:
+        if rid in self.runs or rid in self._finished:
             return None
         run = Run(request=planned.request, plan_proto=planned.plan, plan=from_proto(planned.plan),
                   started_ms=self._clock(), origin=origin, trace_context=trace_context)
@@ -200,7 +204,11 @@ class Workflows:
         return out
 
     def forget(self, request_id: str) -> None:
-        self.runs.pop(request_id, None)
+        run = self.runs.pop(request_id, None)
+        if run is not None and run.finished:
+            self._finished[request_id] = None
+            if len(self._finished) > 100_000:
+                self._finished.popitem(last=False)
 
     # -- building messages ---------------------------------------------------------------------
 
