@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+
 from faststream.asgi import AsgiFastStream
 from opentelemetry.sdk.trace import TracerProvider
 
@@ -14,13 +17,30 @@ from baton_router.handlers import register
 from baton_router.planning import Planner
 
 SERVICE_NAME = "baton-router"
+log = logging.getLogger(__name__)
 
 
 def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = None) -> AsgiFastStream:
     service = Service.create(SERVICE_NAME, config, tracer_provider)
     backend = build_backend(config)
     commit_while_idle = register(service, Planner(config, backend), backend)
-    return service.asgi_app(after_startup=[commit_while_idle], on_shutdown=[backend.aclose])
+    loading: list[asyncio.Task] = []
+
+    async def load_model() -> None:
+        # Model-backed conductors load in the background: the process is live at once and reports
+        # ready only when plans can be written without waiting for the load.
+        if hasattr(backend, "start"):
+            loading.append(asyncio.get_running_loop().create_task(backend.start()))
+
+    async def conductor_ready() -> str | None:
+        if getattr(backend, "ready", True):
+            return None
+        if loading and loading[0].done() and loading[0].exception() is not None:
+            return f"the conductor model failed to load: {loading[0].exception()}"
+        return "the conductor model is loading"
+
+    return service.asgi_app(ready_checks=[conductor_ready], after_startup=[commit_while_idle, load_model],
+                            on_shutdown=[backend.aclose])
 
 
 def run() -> None:
