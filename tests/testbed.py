@@ -15,6 +15,8 @@ MMLU_PRO = ROUTING_DATA / "mmlu_pro_dev.csv"
 
 def default_config_data() -> dict:
     data = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    # Tests plan with the fixed plan unless they ask for a model conductor themselves.
+    data["conductor"]["backend"] = "static"
     for w in data["workers"]:
         if w.get("sim"):
             w["sim"]["dataset"] = str(MMLU_PRO)

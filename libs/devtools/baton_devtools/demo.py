@@ -61,7 +61,11 @@ def run_demo(base_url: str, config: BatonConfig, count: int = 8, api_key: str = 
         latencies.append(elapsed)
         prompt = " ".join(q["prompt"].split())
         out(f"[{i}] {q.get('topic', '')}  {prompt[:110]}{'...' if len(prompt) > 110 else ''}")
-        for s in info["steps"]:
+        plan = info["plan"]
+        out(f"    plan by the {plan['backend']} conductor{' (invalid: safe plan used)' if plan['fallback'] else ''}:")
+        for k, s in enumerate(plan["steps"], 1):
+            reads = "all" if s["access"] == "all" else ", ".join(str(j + 1) for j in s["access"]) or "nothing"
+            out(f"      {k}. {s['worker']}: \"{s['instruction']}\" (reads {reads})")
             out(f"    step {s['step'] + 1}: {s['worker']:<14} {s['model']:<30} tokens {s['input_tokens']:>4} in / "
                 f"{s['output_tokens']:>4} out   ${s['cost_usd']:.6f}   {s['latency_ms']:.0f} ms")
         mark = ("right" if ok else f"wrong, reference {q['answer']}") if q["answer"] else "no reference"
