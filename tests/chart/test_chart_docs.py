@@ -113,7 +113,7 @@ REQUIRED_METRICS = {
     "baton_gateway_requests", "baton_gateway_request_seconds", "baton_plans", "baton_planning_seconds",
     "baton_steps_dispatched", "baton_responses", "baton_workflows_running", "baton_executor_steps",
     "baton_executor_tokens", "baton_executor_cost_usd", "baton_executor_step_seconds", "baton_dlq_messages",
-    "baton_episodes_written", "baton_consumer_lag",
+    "baton_dataset_rows", "baton_consumer_lag",
 }
 
 
