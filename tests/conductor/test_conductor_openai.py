@@ -129,8 +129,8 @@ async def test_a_policy_name_selects_its_served_model(server, conductor):
 
 async def test_a_server_error_becomes_a_clear_exception(server, conductor):
     backend, _ = conductor
-    server.replies.append((400, {"error": {"message": "model 'conductor-7b' does not exist", "type": "invalid_request_error",
-                                           "code": "model_not_found"}}))
+    server.replies.append((400, {"error": {"message": "model 'conductor-7b' does not exist",
+                                           "type": "invalid_request_error", "code": "model_not_found"}}))
     server.replies.append((503, "upstream overloaded"))
     server.replies.append((200, {"object": "error"}))
     with pytest.raises(ConductorServerError, match=r"HTTP 400: model 'conductor-7b' does not exist"):

@@ -8,7 +8,8 @@ import pytest
 from baton.v1 import common_pb2, requests_pb2
 from pydantic import ValidationError
 
-from baton_platform.config import BatonConfig, ConductorConfig
+from baton_platform.config import (BatonConfig, ConductorConfig, OpenAIConductorConfig, TransformersConductorConfig,
+                                   VllmConductorConfig)
 from baton_router.conductor import ConductorOutputError, build_backend
 from baton_router.conductor.common import PlanPrompter
 from baton_router.conductor.prompt import DEFAULT_CARD, conductor_messages, question
@@ -48,7 +49,7 @@ def test_the_prompt_shows_the_pool_as_cards_by_index_and_never_names_a_worker():
     for brand in ("gemini", "llama", "gpt", "claude"):
         assert brand not in text
     assert '"model_id"' in system["content"] and '"access_list"' in system["content"]
-    assert "at most 5 steps" in system["content"]
+    assert f"at most {cfg.conductor.max_steps} steps" in system["content"]
 
 
 def test_a_worker_without_a_card_gets_a_neutral_one_and_the_example_is_optional():
@@ -77,7 +78,8 @@ def test_the_example_plan_in_the_prompt_is_itself_a_valid_plan_for_the_pool():
     plan = parse_plan(example, NAMES, bounds)
     assert plan_problems(plan, NAMES, 5) == []
     single = conductor_messages([{"role": "user", "content": "q"}], ["a"], PlanBounds(1, 1))[0]["content"]
-    assert plan_problems(parse_plan(single.split("Example workflow: ")[1], ["only"], PlanBounds(1, 1)), ["only"], 1) == []
+    one_step = parse_plan(single.split("Example workflow: ")[1], ["only"], PlanBounds(1, 1))
+    assert plan_problems(one_step, ["only"], 1) == []
 
 
 def test_the_schema_bounds_steps_strings_and_model_ids():
@@ -175,7 +177,8 @@ def test_conductor_config_sections_are_checked():
         ConductorConfig(transformers={"batchsize": 4})
     cfg = ConductorConfig(backend="transformers", transformers={"batch_size": 4, "temperature": 0})
     assert cfg.transformers.batch_size == 4 and cfg.transformers.model_path is None
-    for section in (ConductorConfig.model_fields, type(cfg.transformers).model_fields):
+    for section in (ConductorConfig.model_fields, TransformersConductorConfig.model_fields,
+                    OpenAIConductorConfig.model_fields, VllmConductorConfig.model_fields):
         undocumented = [n for n, f in section.items() if n not in ("plan", "max_steps") and not f.description]
         assert undocumented == []
 
@@ -201,18 +204,21 @@ def test_with_a_token_budget_the_longest_plan_the_grammar_allows_fits_in_it(boun
 
     grammar = xgr.Grammar.from_ebnf(plan_grammar(bounds))
     limits = subtask_limits(bounds)
-    assert list(limits) == list(range(1, max(limits) + 1)) and all(v <= bounds.max_subtask_chars for v in limits.values())
+    assert list(limits) == list(range(1, max(limits) + 1))
+    assert all(v <= bounds.max_subtask_chars for v in limits.values())
     widest = str(bounds.pool_size - 1)
 
     def longest(k: int, chars: int) -> str:
         # Every list at its widest: top model ids, full instructions, each step reading all earlier ones.
         access = ["[]"] + ['"all"' if i == 1 else "[" + ", ".join([str(i - 1)] * i) + "]" for i in range(1, k)]
-        return ('{"model_id": [' + ", ".join([widest] * k) + '], "subtasks": [' + ", ".join(['"' + "x" * chars + '"'] * k)
+        tasks = ", ".join(['"' + "x" * chars + '"'] * k)
+        return ('{"model_id": [' + ", ".join([widest] * k) + '], "subtasks": [' + tasks
                 + '], "access_list": [' + ", ".join(access) + "]}")
 
     for k, chars in limits.items():
         # Instructions are ASCII, so each token covers at least one character; one token is left for the end.
-        assert _is_grammar_accept_string(grammar, longest(k, chars)) and len(longest(k, chars)) <= bounds.token_budget - 1
+        assert _is_grammar_accept_string(grammar, longest(k, chars))
+        assert len(longest(k, chars)) <= bounds.token_budget - 1
         assert not _is_grammar_accept_string(grammar, longest(k, chars + 1))
     assert not _is_grammar_accept_string(grammar, '{"model_id": [0], "subtasks": ["caf\u00e9"], "access_list": [[]]}')
     with pytest.raises(ValueError, match="too small"):

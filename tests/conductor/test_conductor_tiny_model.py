@@ -5,6 +5,7 @@ LoRA adapters (`gpu_check.build`). The 'transformers' conductor runs on that pla
 from __future__ import annotations
 
 import asyncio
+import math
 
 import pytest
 import pytest_asyncio
@@ -51,6 +52,22 @@ async def test_a_random_model_under_the_grammar_writes_only_valid_plans(conducto
     assert len({tuple(p.plan.workers) for p in proposals}) > 1, "sampling explores different plans"
 
 
+@pytest.mark.asyncio(loop_scope="module")
+async def test_recorded_log_probs_are_the_models_own_not_the_masked_ones(conductor):
+    backend, _ = conductor
+    messages = [[{"role": "user", "content": q}] for q in QUESTIONS[:2]]
+    samples = await asyncio.to_thread(backend.generate, messages)
+    for s in samples:
+        assert len(s.token_logprobs) == len(s.sampling_logprobs) == len(s.token_ids)
+        # At temperature 1 with no top-k/top-p, sampling renormalises the model's distribution over the
+        # tokens the grammar allows, so each sampled token is at least as likely there as in the model.
+        pairs = list(zip(s.token_logprobs, s.sampling_logprobs))
+        assert all(own <= used + 1e-4 for own, used in pairs)
+        # A random model spreads its mass over the whole vocabulary: the mask removes most of it.
+        assert sum(used - own > 0.01 for own, used in pairs) > len(pairs) / 2
+        assert math.isclose(s.sampling_logprob, sum(s.sampling_logprobs))
+
+
 def test_the_lora_adapters_match_the_models_attention_shapes(artefacts):
     import json
 
@@ -59,7 +76,7 @@ def test_the_lora_adapters_match_the_models_attention_shapes(artefacts):
 
     base, adapters = artefacts
     weights = AutoModelForCausalLM.from_pretrained(str(base)).state_dict()
-    for name, path in adapters.items():
+    for path in adapters.values():
         config = json.loads((path / "adapter_config.json").read_text())
         assert config["peft_type"] == "LORA" and config["r"] == 8
         tensors = safetensors.torch.load_file(str(path / "adapter_model.safetensors"))

@@ -80,6 +80,8 @@ async def test_concurrent_real_questions_become_valid_plans_in_one_batched_call(
 
 async def test_a_plan_cut_off_at_the_token_limit_is_reported_with_its_log_probs(conductor):
     backend, _, _ = conductor
+    # The grammar was sized for the configured limit when the model loaded, so a plan can only be cut
+    # off when the limit drops below it afterwards (or under the 'json_schema' constraint).
     settings = backend.settings
     backend.settings = settings.model_copy(update={"max_new_tokens": 16})
     try:

@@ -70,7 +70,9 @@ class Engine:
         self.generated.append({"prompt": prompt, "params": params, "request_id": request_id,
                                "lora": lora_request.call.args if lora_request else None})
         ids = [10, 11, 12, 2]
-        logprobs = [{10: SimpleNamespace(logprob=-0.25)}, {11: SimpleNamespace(logprob=-1.0), 7: SimpleNamespace(logprob=-0.1)},
+        # One {token id: Logprob} map per position; position 1 also carries a runner-up token.
+        logprobs = [{10: SimpleNamespace(logprob=-0.25)},
+                    {11: SimpleNamespace(logprob=-1.0), 7: SimpleNamespace(logprob=-0.1)},
                     {12: SimpleNamespace(logprob=-0.5)}, {2: SimpleNamespace(logprob=0.0)}]
         yield SimpleNamespace(finished=True, outputs=[SimpleNamespace(text=self.text, token_ids=ids, logprobs=logprobs,
                                                                       finish_reason="stop")])
@@ -82,7 +84,8 @@ class Engine:
 def vllm_config(**vllm) -> BatonConfig:
     data = default_config_data()
     data["conductor"] = {"backend": "vllm", "max_steps": 3,
-                         "vllm": {"model": "/models/conductor-7b", "adapters": {"v1": "/adapters/v1", "v2": "/adapters/v2"},
+                         "vllm": {"model": "/models/conductor-7b",
+                                  "adapters": {"v1": "/adapters/v1", "v2": "/adapters/v2"},
                                   "default_adapter": "v1", "temperature": 0.9, **vllm}}
     return BatonConfig(**data)
 
@@ -147,7 +150,8 @@ async def test_the_engine_gets_the_schema_the_chat_prompt_and_asks_for_log_probs
 
     grammar = VllmConductor(vllm_config(constraint="grammar"), engine=Engine(), api=API)
     await grammar.propose(ask("v1"))
-    assert "plan3 ::=" in grammar._engine.generated[-1]["params"].call.kwargs["structured_outputs"].call.kwargs["grammar"]
+    structured = grammar._engine.generated[-1]["params"].call.kwargs["structured_outputs"].call.kwargs
+    assert "plan3 ::=" in structured["grammar"] and "json" not in structured
 
 
 async def test_without_vllm_starting_says_what_is_missing(monkeypatch):
