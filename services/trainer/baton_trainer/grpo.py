@@ -1,0 +1,231 @@
+"""GRPO fine-tuning of the LLM conductor with a LoRA adapter (TRL + PEFT), from logged outcomes.
+
+For each training query the conductor samples `num_generations` plans; each plan is scored by the
+logged outcome of the worker its last step names (`grpo_reward.PlanOutcomeReward`), so the group's
+rewards differ exactly where the plans differ, and GRPO moves the policy toward the plans that did
+better. No worker is called during training: the episode dataset or a replay matrix stands in for the
+pool, which is what makes the training offline and free.
+
+The Conductor paper's settings are the defaults where they carry over: no KL term (beta = 0), reward
+0 / 0.5 / 1. Only the LoRA adapter is trained and saved; vLLM serves it next to the base model
+(`conductor.vllm.adapters`).
+
+    python -m baton_trainer grpo --episodes DATA_DIR --config baton.yaml --model BASE_MODEL_DIR \
+        --out OUT_DIR [--matrix replay.csv] [--steps 200] [--num-generations 8] ...
+
+torch, transformers, trl, peft and datasets come with the `grpo` extra and are imported only when
+training starts, so the trainer's other commands do not need them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from .grpo_data import OutcomeTable, PromptSet, load_training_data
+from .grpo_reward import UNKNOWN, PlanOutcomeReward
+
+ADAPTER_DIR = "adapter"
+MANIFEST = "baton_grpo.json"
+
+
+def _load_model(model, tokenizer, use_cpu: bool):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if isinstance(model, (str, os.PathLike)):
+        path = str(model)
+        dtype = torch.float32 if use_cpu else "auto"
+        if tokenizer is None:
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
+    elif tokenizer is None:
+        raise ValueError("a tokenizer is needed when the model is given as an object")
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError("the tokenizer has no chat template: the conductor's prompts are chat messages")
+    return model, tokenizer
+
+
+def train_grpo(
+    model_path_or_model,
+    tokenizer,
+    dataset: PromptSet,
+    outcomes: OutcomeTable,
+    *,
+    output_dir: str | Path,
+    steps: int = 200,
+    num_generations: int = 8,
+    prompts_per_step: int = 1,
+    learning_rate: float = 1e-5,
+    lora_r: int = 16,
+    lora_alpha: int | None = None,
+    lora_dropout: float = 0.0,
+    target_modules: str | Sequence[str] = "all-linear",
+    max_completion_length: int = 320,
+    temperature: float = 1.0,
+    cost_weight: float = 0.0,
+    unknown_reward: float = UNKNOWN,
+    seed: int = 0,
+    use_cpu: bool | None = None,
+    logging_steps: int = 1,
+    progress: bool = True,
+    grpo_args: dict | None = None,
+) -> Path:
+    """Train a LoRA adapter on the conductor with GRPO; return the adapter's directory.
+
+    `model_path_or_model` is a local model directory or a loaded causal LM (then `tokenizer` is
+    required). `dataset` holds the prompts (with the pool's worker order and plan bounds) and
+    `outcomes` the logged outcomes that score the sampled plans. Each optimizer step takes
+    `prompts_per_step` prompts x `num_generations` samples. `use_cpu` defaults to "no GPU visible".
+    `grpo_args` passes further `GRPOConfig` fields through (they win over the ones set here).
+
+    The adapter (adapter_config.json + weights) goes to `<output_dir>/adapter`, with `baton_grpo.json`
+    beside it recording the pool order, the reward settings and the training summary.
+    """
+    import torch
+    from peft import LoraConfig
+    from trl import GRPOConfig, GRPOTrainer
+
+    if not len(dataset):
+        raise ValueError("the prompt set is empty")
+    if steps < 1 or num_generations < 2 or prompts_per_step < 1:
+        raise ValueError("steps and prompts_per_step must be at least 1, num_generations at least 2 "
+                         "(a group of one has no spread to learn from)")
+    if use_cpu is None:
+        use_cpu = not torch.cuda.is_available()
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model, tokenizer = _load_model(model_path_or_model, tokenizer, use_cpu)
+    reward = PlanOutcomeReward(outcomes, dataset.worker_names, dataset.bounds, cost_weight=cost_weight,
+                               unknown=unknown_reward)
+    bf16 = (not use_cpu) and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    settings = dict(
+        output_dir=str(out / "trainer"),
+        max_steps=steps,
+        # One optimizer step per generation round: the batch is whole groups of one prompt's samples,
+        # which is also what GRPO's divisibility rule asks for.
+        per_device_train_batch_size=prompts_per_step * num_generations,
+        gradient_accumulation_steps=1,
+        num_generations=num_generations,
+        max_completion_length=max_completion_length,
+        temperature=temperature,
+        learning_rate=learning_rate,
+        beta=0.0,
+        use_vllm=False,
+        use_cpu=use_cpu,
+        bf16=bf16,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=logging_steps,
+        disable_tqdm=not progress,
+        seed=seed,
+        data_seed=seed,
+    )
+    settings.update(grpo_args or {})
+    config = GRPOConfig(**settings)
+    lora = LoraConfig(r=lora_r, lora_alpha=lora_alpha or 2 * lora_r, lora_dropout=lora_dropout,
+                      target_modules=target_modules if isinstance(target_modules, str) else list(target_modules),
+                      task_type="CAUSAL_LM")
+    trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=config, train_dataset=dataset.to_dataset(),
+                          processing_class=tokenizer, peft_config=lora)
+    started = time.monotonic()
+    result = trainer.train()
+    seconds = time.monotonic() - started
+    adapter_dir = out / ADAPTER_DIR
+    trainer.model.save_pretrained(str(adapter_dir))
+    history = [h for h in trainer.state.log_history if "reward" in h]
+    manifest = {
+        "base_model": str(model_path_or_model) if isinstance(model_path_or_model, (str, os.PathLike))
+        else getattr(model.config, "_name_or_path", ""),
+        "worker_names": dataset.worker_names,
+        "max_steps": dataset.bounds.max_steps,
+        "max_subtask_chars": dataset.bounds.max_subtask_chars,
+        "prompts": len(dataset),
+        "steps": steps,
+        "num_generations": num_generations,
+        "prompts_per_step": prompts_per_step,
+        "learning_rate": learning_rate,
+        "lora_r": lora_r,
+        "cost_weight": cost_weight,
+        "unknown_reward": unknown_reward,
+        "train_seconds": round(seconds, 2),
+        "train_loss": result.training_loss,
+        "reward_first": history[0]["reward"] if history else None,
+        "reward_last": history[-1]["reward"] if history else None,
+        # Mean within-group spread of the rewards: 0 means no sample had an advantage over its group.
+        "reward_std_mean": (sum(h.get("reward_std", 0.0) for h in history) / len(history)) if history else None,
+    }
+    (adapter_dir / MANIFEST).write_text(json.dumps(manifest, indent=2))
+    return adapter_dir
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m baton_trainer grpo",
+                                description="GRPO fine-tuning (LoRA) of the LLM conductor from logged outcomes.")
+    p.add_argument("--config", required=True, help="Baton YAML config: its workers are the pool the prompts show")
+    p.add_argument("--episodes", help="episode dataset directory (the reward logger's episodes/ or its parent)")
+    p.add_argument("--matrix", help="outcome matrix CSV (RouterBench layout): replay outcomes and prompts")
+    p.add_argument("--model", required=True, help="local directory of the base conductor model")
+    p.add_argument("--out", required=True, help="output directory; the adapter goes to OUT/adapter")
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--num-generations", type=int, default=8, help="plans sampled per prompt (the GRPO group)")
+    p.add_argument("--prompts-per-step", type=int, default=1)
+    p.add_argument("--learning-rate", type=float, default=1e-5)
+    p.add_argument("--lora-r", type=int, default=16)
+    p.add_argument("--max-completion-length", type=int, default=320)
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--cost-weight", type=float, default=0.0, help="reward lost per USD of the plan's worker costs")
+    p.add_argument("--unknown-reward", type=float, default=UNKNOWN,
+                   help="reward of a valid plan whose answering worker has no logged outcome on the query")
+    p.add_argument("--final-step-only", action="store_true",
+                   help="grade only each episode's final step output, not intermediate steps")
+    p.add_argument("--limit", type=int, default=None, help="at most this many training prompts")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cpu", action="store_true", help="train on the CPU even when a GPU is visible")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from baton_platform.config import ConfigError, load_config
+
+    from .matrix import load_matrix
+
+    if not args.episodes and not args.matrix:
+        print(json.dumps({"error": "give --episodes, --matrix, or both"}))
+        return 2
+    try:
+        config = load_config(args.config)
+        matrix = load_matrix(args.matrix) if args.matrix else None
+        data = load_training_data(config, episodes=args.episodes, matrix=matrix,
+                                  intermediate=not args.final_step_only, limit=args.limit)
+    except (OSError, ValueError, ConfigError) as exc:
+        print(json.dumps({"error": str(exc)}))
+        return 2
+    if not args.quiet:
+        print(f"[grpo] {len(data.prompts)} prompts, outcomes on {len(data.outcomes)} queries, "
+              f"pool {data.prompts.worker_names}", file=sys.stderr, flush=True)
+    adapter = train_grpo(
+        args.model, None, data.prompts, data.outcomes, output_dir=args.out, steps=args.steps,
+        num_generations=args.num_generations, prompts_per_step=args.prompts_per_step,
+        learning_rate=args.learning_rate, lora_r=args.lora_r, max_completion_length=args.max_completion_length,
+        temperature=args.temperature, cost_weight=args.cost_weight, unknown_reward=args.unknown_reward,
+        seed=args.seed, use_cpu=True if args.cpu else None, progress=not args.quiet,
+    )
+    print(json.dumps({"adapter_dir": str(adapter), **json.loads((adapter / MANIFEST).read_text())}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

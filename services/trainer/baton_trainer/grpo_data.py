@@ -1,0 +1,342 @@
+"""What GRPO training of the LLM conductor reads: its prompts, and the logged outcome of every worker on
+every query.
+
+Prompts are built by the router's own prompt builder (`PlanPrompter`), for the worker pool of a Baton
+config, so the model is trained on exactly the text it is asked at serving time: workers appear by
+index, in the config's order.
+
+The outcome table says, per query and per worker, how that worker did on that query when it ran: the
+share of its logged answers graded right, and what one call cost. Two sources, which can be merged:
+
+- the episode dataset the reward logger writes (Parquet, hive-partitioned by date). Every step output
+  of an episode that carries a grader and a reference is graded as an answer to the query; a step that
+  failed is skipped (a provider error says nothing about what the worker knows). An episode without a
+  gradable reference still counts when its plan had one step: that step's output was the answer, so
+  the episode's quality (else its reward, clipped to [0, 1]) is that worker's outcome.
+- an outcome matrix in RouterBench's CSV layout (replay data): one score column per model, mapped to
+  workers through the config (`sim.column`, else the worker's `model`, else its name).
+
+Queries are matched by `matrix.group_key` (whitespace- and case-normalised text), the identity the
+trainer already uses to keep a question on one side of a split.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from baton.v1 import common_pb2, requests_pb2
+from baton_graders import grade
+from baton_platform.config import BatonConfig, WorkerConfig
+from baton_router.conductor.common import PlanPrompter
+from baton_router.conductor.schema import PlanBounds
+
+from .matrix import COST_CHARS, COST_TOTAL, OutcomeMatrix, group_key
+
+# The sim executor's estimate of characters per token, used to price a matrix that records characters.
+CHARS_PER_TOKEN = 4
+
+EPISODE_COLUMNS = ("request_id", "query", "messages_json", "plan_json", "steps", "grader", "reference",
+                   "quality", "reward")
+
+
+def query_key(text: str) -> str:
+    return group_key(text)
+
+
+# ---------------------------------------------------------------- outcome table
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one worker did on one query over its logged runs."""
+
+    quality: float  # mean graded score in [0, 1]: the share of runs graded right for 0/1 graders
+    cost_usd: float | None  # mean cost of one call, None when nothing priced it
+    runs: int
+
+
+@dataclass
+class _Cell:
+    quality_sum: float = 0.0
+    runs: int = 0
+    cost_sum: float = 0.0
+    costed: int = 0
+
+    def outcome(self) -> Outcome:
+        cost = self.cost_sum / self.costed if self.costed else None
+        return Outcome(self.quality_sum / self.runs, cost, self.runs)
+
+
+@dataclass
+class OutcomeTable:
+    """Per query (by `query_key`) and per worker name: the logged `Outcome`."""
+
+    workers: list[str]
+    _cells: dict[str, dict[str, _Cell]] = field(default_factory=dict, repr=False)
+    texts: dict[str, str] = field(default_factory=dict, repr=False)  # key -> the query's text, first seen
+
+    def add(self, query: str, worker: str, quality: float, cost_usd: float | None = None) -> None:
+        if not 0.0 <= quality <= 1.0 or math.isnan(quality):
+            raise ValueError(f"quality must lie in [0, 1], got {quality}")
+        key = query_key(query)
+        self.texts.setdefault(key, query)
+        cell = self._cells.setdefault(key, {}).setdefault(worker, _Cell())
+        cell.quality_sum += quality
+        cell.runs += 1
+        if cost_usd is not None and not math.isnan(cost_usd):
+            cell.cost_sum += cost_usd
+            cell.costed += 1
+
+    def get(self, key: str, worker: str) -> Outcome | None:
+        """The outcome of `worker` on the query with this key (see `query_key`); None when never logged."""
+        cell = self._cells.get(key, {}).get(worker)
+        return cell.outcome() if cell is not None and cell.runs else None
+
+    def known(self, key: str) -> dict[str, Outcome]:
+        return {w: c.outcome() for w, c in self._cells.get(key, {}).items() if c.runs}
+
+    def keys(self) -> list[str]:
+        return list(self._cells)
+
+    def __len__(self) -> int:
+        return len(self._cells)
+
+    def mean_cost(self, worker: str) -> float | None:
+        """The worker's mean cost per call over every query that priced it: a stand-in for an unpriced cell."""
+        total = n = 0.0
+        for cells in self._cells.values():
+            cell = cells.get(worker)
+            if cell is not None and cell.costed:
+                total += cell.cost_sum
+                n += cell.costed
+        return total / n if n else None
+
+    def spread(self, key: str) -> bool:
+        """Whether the workers' logged outcomes on this query differ, i.e. the choice of worker matters."""
+        qualities = {round(o.quality, 9) for o in self.known(key).values()}
+        return len(qualities) > 1
+
+    def merge(self, other: OutcomeTable) -> OutcomeTable:
+        """A new table holding both tables' runs (the same worker on the same query pools its runs)."""
+        out = OutcomeTable(list(self.workers) + [w for w in other.workers if w not in self.workers])
+        for table in (self, other):
+            for key, cells in table._cells.items():
+                out.texts.setdefault(key, table.texts.get(key, ""))
+                for worker, cell in cells.items():
+                    mine = out._cells.setdefault(key, {}).setdefault(worker, _Cell())
+                    mine.quality_sum += cell.quality_sum
+                    mine.runs += cell.runs
+                    mine.cost_sum += cell.cost_sum
+                    mine.costed += cell.costed
+        return out
+
+
+def read_episodes(directory: str | Path) -> list[dict]:
+    """Episode rows from the reward logger's dataset: `directory` is its `episodes/` folder or the
+    dataset root above it. Only the columns training needs are read."""
+    import pyarrow.dataset as ds
+
+    root = Path(directory)
+    if (root / "episodes").is_dir():
+        root = root / "episodes"
+    if not root.is_dir():
+        raise ValueError(f"episode dataset {root} is not a directory")
+    dataset = ds.dataset(str(root), format="parquet", partitioning="hive")
+    columns = [c for c in EPISODE_COLUMNS if c in dataset.schema.names]
+    missing = {"query", "steps"} - set(columns)
+    if missing:
+        raise ValueError(f"episode dataset {root} lacks columns {sorted(missing)}")
+    return dataset.to_table(columns=columns).to_pylist()
+
+
+def _plan_steps(row: Mapping) -> int:
+    try:
+        return len(json.loads(row.get("plan_json") or "[]"))
+    except (TypeError, ValueError):
+        return 0
+
+
+def outcomes_from_episodes(rows: Iterable[Mapping], workers: Sequence[str], *,
+                           intermediate: bool = True) -> OutcomeTable:
+    """The outcome table of logged episodes (see the module's docstring for what counts).
+
+    `intermediate=False` grades only each episode's final step, for pools whose intermediate steps are
+    not meant to answer the question (drafts, critiques) and should not be judged as answers.
+    """
+    table = OutcomeTable(list(workers))
+    seen: set[str] = set()
+    for row in rows:
+        rid = row.get("request_id")
+        if rid:
+            if rid in seen:
+                continue  # a redelivered response is one run, not two
+            seen.add(rid)
+        query = row.get("query") or ""
+        if not query.strip():
+            continue
+        steps = [s for s in (row.get("steps") or []) if s.get("worker")]
+        ran = [s for s in steps if not s.get("error") and s.get("output") is not None]
+        grader, reference = row.get("grader"), row.get("reference")
+        if grader and reference and ran:
+            last = max(s.get("step") or 0 for s in ran)
+            for s in ran:
+                if not intermediate and (s.get("step") or 0) != last:
+                    continue
+                try:
+                    quality = grade(grader, s["output"], reference).score
+                except ValueError:
+                    break  # an unknown grader: nothing in this episode can be graded
+                table.add(query, s["worker"], quality, s.get("cost_usd"))
+            continue
+        value = row.get("quality")
+        if value is None and row.get("reward") is not None:
+            value = min(1.0, max(0.0, float(row["reward"])))
+        if value is not None and len(ran) == 1 and _plan_steps(row) <= 1:
+            table.add(query, ran[0]["worker"], float(value), ran[0].get("cost_usd"))
+    return table
+
+
+def matrix_column(worker: WorkerConfig, models: Sequence[str]) -> str | None:
+    """The matrix column that records `worker`: its sim column, else its model, else its name."""
+    for name in ((worker.sim.column if worker.sim else None), worker.model, worker.name):
+        if name and name in models:
+            return name
+    return None
+
+
+def outcomes_from_matrix(matrix: OutcomeMatrix, workers: Sequence[WorkerConfig], *,
+                         columns: Mapping[str, str] | None = None) -> OutcomeTable:
+    """The outcome table of a replay matrix for a configured pool.
+
+    Costs: a matrix with `total_cost` columns gives USD directly; one with `output_chars` is priced with
+    each worker's configured prices, estimating tokens as the sim executor does (characters / 4 for the
+    prompt and for the output); a matrix with neither leaves costs unknown.
+    """
+    columns = dict(columns or {})
+    table = OutcomeTable([w.name for w in workers])
+    picks = []
+    for w in workers:
+        column = columns.get(w.name) or matrix_column(w, matrix.models)
+        if column is not None:
+            if column not in matrix.models:
+                raise ValueError(f"worker {w.name!r}: column {column!r} is not in the matrix")
+            picks.append((w, matrix.models.index(column)))
+    if not picks:
+        raise ValueError(f"no worker of the pool has a column in the matrix (models: {matrix.models[:8]} ...)")
+    for i, prompt in enumerate(matrix.prompts):
+        prompt_tokens = len(prompt) // CHARS_PER_TOKEN
+        for w, j in picks:
+            cost = None
+            if matrix.cost_source == COST_TOTAL:
+                cost = float(matrix.costs[i, j])
+            elif matrix.cost_source == COST_CHARS:
+                chars = float(matrix.costs[i, j])
+                cost = w.price.cost(prompt_tokens, int(chars) // CHARS_PER_TOKEN)
+            table.add(prompt, w.name, float(matrix.scores[i, j]), cost)
+    return table
+
+
+# ---------------------------------------------------------------- prompts
+
+
+@dataclass
+class PromptSet:
+    """Training prompts for one worker pool: rows of {"prompt": chat messages, "query_key", "query"}.
+
+    `worker_names` is the pool in index order (what "Model i" in the prompt means) and `bounds` the
+    plan limits the prompt announces; the reward reads plans with both.
+    """
+
+    rows: list[dict]
+    worker_names: list[str]
+    bounds: PlanBounds
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def to_dataset(self):
+        """The rows as a `datasets.Dataset` (conversational prompts, as TRL's trainers take them)."""
+        from datasets import Dataset
+
+        return Dataset.from_list(self.rows)
+
+
+def build_prompts(conversations: Iterable[Sequence[Mapping[str, str]]], config: BatonConfig, *,
+                  outcomes: OutcomeTable | None = None, require_outcome: bool = True,
+                  limit: int | None = None) -> PromptSet:
+    """One training prompt per distinct query (the last user message of each conversation).
+
+    With `outcomes` and `require_outcome`, a query none of the pool's workers has a logged outcome on is
+    left out: every valid plan for it would score the same, which teaches nothing about routing.
+    """
+    prompter = PlanPrompter(config)
+    rows: list[dict] = []
+    seen: set[str] = set()
+    for conversation in conversations:
+        messages = [{"role": m["role"], "content": m["content"]} for m in conversation]
+        user = [m["content"] for m in messages if m["role"] == "user"]
+        if not user or not user[-1].strip():
+            continue
+        key = query_key(user[-1])
+        if key in seen:
+            continue
+        if outcomes is not None and require_outcome:
+            if not any(w in prompter.worker_names for w in outcomes.known(key)):
+                continue
+        seen.add(key)
+        # The router's own path from a request to the conductor's messages, so training and serving
+        # prompts cannot drift apart.
+        request = requests_pb2.ChatRequest(messages=[common_pb2.ChatMessage(**m) for m in messages])
+        prompt = prompter.messages(request)
+        rows.append({"prompt": prompt, "query_key": key, "query": user[-1]})
+        if limit is not None and len(rows) >= limit:
+            break
+    return PromptSet(rows, list(prompter.worker_names), prompter.bounds)
+
+
+def episode_conversations(rows: Iterable[Mapping]) -> list[list[dict[str, str]]]:
+    """The conversation each logged request carried (its query alone when the messages were not logged)."""
+    out = []
+    for row in rows:
+        messages = None
+        if row.get("messages_json"):
+            try:
+                messages = json.loads(row["messages_json"])
+            except ValueError:
+                messages = None
+        if not messages:
+            messages = [{"role": "user", "content": row.get("query") or ""}]
+        out.append(messages)
+    return out
+
+
+@dataclass
+class TrainingData:
+    prompts: PromptSet
+    outcomes: OutcomeTable
+
+
+def load_training_data(config: BatonConfig, *, episodes: str | Path | None = None,
+                       matrix: OutcomeMatrix | None = None, intermediate: bool = True,
+                       limit: int | None = None) -> TrainingData:
+    """Prompts and outcomes from an episode dataset, a replay matrix, or both (outcomes pooled)."""
+    if episodes is None and matrix is None:
+        raise ValueError("give an episode dataset, an outcome matrix, or both")
+    names = [w.name for w in config.workers]
+    table = OutcomeTable(names)
+    conversations: list[list[dict[str, str]]] = []
+    if episodes is not None:
+        rows = read_episodes(episodes)
+        table = table.merge(outcomes_from_episodes(rows, names, intermediate=intermediate))
+        conversations += episode_conversations(rows)
+    if matrix is not None:
+        table = table.merge(outcomes_from_matrix(matrix, config.workers))
+        conversations += [[{"role": "user", "content": p}] for p in matrix.prompts]
+    prompts = build_prompts(conversations, config, outcomes=table, limit=limit)
+    if not len(prompts):
+        raise ValueError("no query has a logged outcome for any worker of the pool: nothing to train on")
+    return TrainingData(prompts, table)
