@@ -7,6 +7,12 @@ import sys
 from . import replay, split, train_fast
 
 
+def _launch(argv: list[str]) -> int:
+    from . import cluster
+
+    return cluster.main(argv)
+
+
 def _grpo(argv: list[str]) -> int:
     # Imported on use: GRPO needs torch, TRL and the router's prompt code (the `grpo` extra), which the
     # other commands do without.
@@ -20,6 +26,7 @@ COMMANDS = {
     "split": split.main,
     "train-fast": lambda argv: train_fast.main(argv, "train-fast"),
     "rollback": lambda argv: train_fast.main(argv, "rollback"),
+    "launch-grpo": lambda argv: _launch(argv),
     "grpo": _grpo,
 }
 
