@@ -92,4 +92,4 @@ def test_a_job_is_launched_only_when_enough_new_episodes_came_in(api, tmp_path):
     assert not launch_if_due(jobs, spec, episodes, min_new=100)["launched"], "60 new since the last Job"
     write_episodes(episodes, 50, "c")
     assert launch_if_due(jobs, spec, episodes, min_new=100)["job"] == "baton-grpo-00001"
-    assert ("GET", "/apis/batch/v1/namespaces/ml/jobs?labelSelector=baton.io%2Fepisodes") in api.requests
+    assert ("GET", "/apis/batch/v1/namespaces/ml/jobs?labelSelector=baton.io/episodes") in api.requests
