@@ -33,11 +33,17 @@ def _unique(prefix: str) -> str:
 
 
 def _pid_gone(pid: int) -> bool:
+    """The process has exited: it no longer exists, or is a zombie its (adoptive) parent has not
+    reaped yet — a detached broker's parent is init, which may take a moment."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return True
-    return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state in ("Z", "X")
 
 
 def _port_free(port: int) -> bool:

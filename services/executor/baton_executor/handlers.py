@@ -69,6 +69,10 @@ class TaskConsumer(ConsumerRebalanceListener):
         self.in_flight: dict[TopicPartition, set[asyncio.Task]] = {}
         self.running: set[str] = set()
         self.subscriber = None
+        # Cleared while a new assignment is being recovered: the consumer may already be fetching
+        # the new partitions, and no task may run before the results published for it are known.
+        self._recovered = asyncio.Event()
+        self._recovered.set()
         metrics.lag.labels(provider, self.topic).set_function(self._lag)
 
     def register(self) -> None:
@@ -80,6 +84,7 @@ class TaskConsumer(ConsumerRebalanceListener):
     # -- records -------------------------------------------------------------------------------
 
     async def handle(self, msg: KafkaMessage) -> None:
+        await self._recovered.wait()
         raw = msg.raw_message
         tp = TopicPartition(raw.topic, raw.partition)
         self.tracker.begin(tp, raw.offset)
@@ -146,6 +151,13 @@ class TaskConsumer(ConsumerRebalanceListener):
         self.tracker.forget(revoked)
 
     async def on_partitions_assigned(self, assigned) -> None:
+        self._recovered.clear()
+        try:
+            await self._on_assigned(assigned)
+        finally:
+            self._recovered.set()
+
+    async def _on_assigned(self, assigned) -> None:
         consumer = self.subscriber.consumer if self.subscriber is not None else None
         total = len(consumer.partitions_for_topic(self.topic) or ()) if consumer is not None else 0
         mine = sum(1 for tp in assigned if tp.topic == self.topic)
@@ -156,7 +168,7 @@ class TaskConsumer(ConsumerRebalanceListener):
         log.info("assigned %d of %d partitions of %s: share %.3f of each limit", mine, total, self.topic, share)
         if assigned:
             try:
-                await asyncio.wait_for(self._recover(list(assigned)), timeout=30)
+                await asyncio.wait_for(self._recover(list(assigned)), timeout=60)
             except Exception:  # noqa: BLE001 - without the scan a finished task may run again; never lose one
                 log.exception("could not read back published results; redelivered tasks will run again")
 
