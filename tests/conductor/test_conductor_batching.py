@@ -47,7 +47,8 @@ class Generate:
         time.sleep(self.seconds)  # blocks its thread, as the model does
         if self.fail:
             raise RuntimeError("out of memory")
-        return [Sample(text=self.text, token_ids=[1, 2], token_logprobs=[-0.5, -0.25], sampling_logprobs=[-0.2, -0.1],
+        return [Sample(text=self.text, token_ids=[1, 2], token_logprobs=[-0.5, -0.25], model_logprobs=[-0.9, -0.7],
+                       sampling_logprobs=[-0.2, -0.1],
                        finished=True) for _ in conversations]
 
 

@@ -8,6 +8,7 @@ that only record what they are given; the engine itself is exercised by
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -136,13 +137,15 @@ async def test_the_engine_gets_the_schema_the_chat_prompt_and_asks_for_log_probs
     names = [w.name for w in config.workers]
     assert proposal.plan.workers == ["llama-70b", "gemini-pro"] and plan_problems(proposal.plan, names, 3) == []
     assert proposal.token_logprobs == [-0.25, -1.0, -0.5, 0.0], "the sampled token's log-prob at each position"
-    assert proposal.propensity == 0.0 and proposal.policy_version == "conductor-7b"
+    assert proposal.propensity == 0.0, "at temperature 0.9 the sampling distribution is not the reported one"
+    assert proposal.policy_version == "conductor-7b"
 
     sent = engine.generated[-1]
     assert sent["prompt"] == {"prompt_token_ids": [1, 2, 3, 2]} and sent["lora"] is None
     assert sent["request_id"].startswith("q7-")
     params = sent["params"].call.kwargs
     assert params["temperature"] == 0.9 and params["logprobs"] == 0 and params["output_kind"] == "final-only"
+    assert (params["top_p"], params["top_k"]) == (1.0, 0)
     structured = params["structured_outputs"].call.kwargs
     assert structured["json"]["properties"]["model_id"]["items"]["maximum"] == len(names) - 1
     assert structured["json"]["properties"]["subtasks"]["maxItems"] == 3
@@ -161,3 +164,11 @@ async def test_without_vllm_starting_says_what_is_missing(monkeypatch):
         await conductor.propose(ask("baton"))
     assert not conductor.ready
     await conductor.aclose()
+
+
+async def test_at_temperature_one_the_reported_log_probs_give_the_propensity():
+    conductor = VllmConductor(vllm_config(temperature=1.0), engine=Engine(), api=API)
+    proposal = await conductor.propose(ask("v2"))
+    assert proposal.propensity == pytest.approx(math.exp(-0.25 - 1.0 - 0.5 + 0.0))
+    greedy = VllmConductor(vllm_config(temperature=0.0), engine=Engine(), api=API)
+    assert (await greedy.propose(ask("v2"))).propensity == 1.0

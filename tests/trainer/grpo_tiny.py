@@ -72,7 +72,8 @@ def warm_start(model, tokenizer, prompts: list[list[dict]], workers: int, *, ste
     for messages in prompts:
         head = prompt_ids(tokenizer, messages)
         for w in range(workers):
-            pairs.append((head, tokenizer(one_step_plan(w) + tokenizer.eos_token, add_special_tokens=False)["input_ids"]))
+            plan = tokenizer(one_step_plan(w) + tokenizer.eos_token, add_special_tokens=False)["input_ids"]
+            pairs.append((head, plan))
     width = max(len(a) + len(b) for a, b in pairs)
     ids = torch.full((len(pairs), width), tokenizer.pad_token_id)
     labels = torch.full((len(pairs), width), -100)

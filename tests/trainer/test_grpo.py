@@ -168,6 +168,15 @@ def test_prompts_are_the_routers_own_and_only_for_queries_with_outcomes(config, 
     convs = [[{"role": "user", "content": picked[0]["prompt"]}]] * 2 + [[{"role": "user", "content": "Unseen?"}]]
     assert [r["query"] for r in build_prompts(convs, config, outcomes=data.outcomes).rows] == [picked[0]["prompt"]]
     assert len(build_prompts(convs, config)) == 2
+    # Queries where every worker did the same teach nothing about the choice of worker.
+    agreed = OutcomeTable(NAMES)
+    for name in NAMES:
+        agreed.add("All right here?", name, 1.0)
+    merged = data.outcomes.merge(agreed)
+    convs = [[{"role": "user", "content": "All right here?"}], [{"role": "user", "content": picked[1]["prompt"]}]]
+    assert len(build_prompts(convs, config, outcomes=merged)) == 2
+    assert [r["query"] for r in build_prompts(convs, config, outcomes=merged, spread_only=True).rows] == \
+        [picked[1]["prompt"]]
 
 
 # ---------------------------------------------------------------- reward
@@ -257,16 +266,21 @@ def test_grpo_cli_trains_a_lora_adapter_that_loads_and_prefers_the_right_worker(
         base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
         tuned = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32), adapter)
         tuned.eval()
+
         # Every training question was answered right only by worker 0: GRPO moves the choice toward it.
         def share_of_worker_0(m) -> float:
             probs = [worker_probabilities(m, tok, p, 3) for p in prompts]
             return statistics.mean(p[0] / sum(p) for p in probs)
 
         before, after = share_of_worker_0(base), share_of_worker_0(tuned)
-        assert before < 0.4 < after  # from undecided (1/3 each) to leaning to the right worker
+        assert abs(before - 1 / 3) < 0.1  # the warm start left the choice open
+        assert after > before
+        # The adapted model still writes plans the router would run.
         ids = tok.apply_chat_template(prompts[0], add_generation_prompt=True, return_tensors="pt", return_dict=True)
         generated = tuned.generate(**ids, max_new_tokens=6, do_sample=False)
-        assert generated.shape[1] > ids["input_ids"].shape[1]
+        text = tok.decode(generated[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+        reward = PlanOutcomeReward(data.outcomes, data.prompts.worker_names, data.prompts.bounds)
+        assert reward.judge(text, data.prompts.rows[0]["query_key"]).reason == "known", text
         assert math.isfinite(float(tuned(**ids).logits.float().abs().max()))
     finally:
         torch.set_num_threads(threads)

@@ -106,28 +106,28 @@ def train_grpo(
     reward = PlanOutcomeReward(outcomes, dataset.worker_names, dataset.bounds, cost_weight=cost_weight,
                                unknown=unknown_reward)
     bf16 = (not use_cpu) and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    settings = dict(
-        output_dir=str(out / "trainer"),
-        max_steps=steps,
+    settings = {
+        "output_dir": str(out / "trainer"),
+        "max_steps": steps,
         # One optimizer step per generation round: the batch is whole groups of one prompt's samples,
         # which is also what GRPO's divisibility rule asks for.
-        per_device_train_batch_size=prompts_per_step * num_generations,
-        gradient_accumulation_steps=1,
-        num_generations=num_generations,
-        max_completion_length=max_completion_length,
-        temperature=temperature,
-        learning_rate=learning_rate,
-        beta=0.0,
-        use_vllm=False,
-        use_cpu=use_cpu,
-        bf16=bf16,
-        report_to="none",
-        save_strategy="no",
-        logging_steps=logging_steps,
-        disable_tqdm=not progress,
-        seed=seed,
-        data_seed=seed,
-    )
+        "per_device_train_batch_size": prompts_per_step * num_generations,
+        "gradient_accumulation_steps": 1,
+        "num_generations": num_generations,
+        "max_completion_length": max_completion_length,
+        "temperature": temperature,
+        "learning_rate": learning_rate,
+        "beta": 0.0,
+        "use_vllm": False,
+        "use_cpu": use_cpu,
+        "bf16": bf16,
+        "report_to": "none",
+        "save_strategy": "no",
+        "logging_steps": logging_steps,
+        "disable_tqdm": not progress,
+        "seed": seed,
+        "data_seed": seed,
+    }
     settings.update(grpo_args or {})
     config = GRPOConfig(**settings)
     lora = LoraConfig(r=lora_r, lora_alpha=lora_alpha or 2 * lora_r, lora_dropout=lora_dropout,
@@ -189,6 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="reward of a valid plan whose answering worker has no logged outcome on the query")
     p.add_argument("--final-step-only", action="store_true",
                    help="grade only each episode's final step output, not intermediate steps")
+    p.add_argument("--spread-only", action="store_true",
+                   help="train only on queries where the workers' logged outcomes differ")
     p.add_argument("--limit", type=int, default=None, help="at most this many training prompts")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cpu", action="store_true", help="train on the CPU even when a GPU is visible")
@@ -209,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.config)
         matrix = load_matrix(args.matrix) if args.matrix else None
         data = load_training_data(config, episodes=args.episodes, matrix=matrix,
-                                  intermediate=not args.final_step_only, limit=args.limit)
+                                  intermediate=not args.final_step_only, spread_only=args.spread_only,
+                                  limit=args.limit)
     except (OSError, ValueError, ConfigError) as exc:
         print(json.dumps({"error": str(exc)}))
         return 2

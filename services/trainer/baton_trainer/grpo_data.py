@@ -267,11 +267,13 @@ class PromptSet:
 
 def build_prompts(conversations: Iterable[Sequence[Mapping[str, str]]], config: BatonConfig, *,
                   outcomes: OutcomeTable | None = None, require_outcome: bool = True,
-                  limit: int | None = None) -> PromptSet:
+                  spread_only: bool = False, limit: int | None = None) -> PromptSet:
     """One training prompt per distinct query (the last user message of each conversation).
 
     With `outcomes` and `require_outcome`, a query none of the pool's workers has a logged outcome on is
-    left out: every valid plan for it would score the same, which teaches nothing about routing.
+    left out: every valid plan for it would score the same, which teaches nothing about routing. With
+    `spread_only`, so is a query on which every logged worker did equally well: such a query still
+    teaches the plan format (and cost, with a cost weight), but not which worker to pick.
     """
     prompter = PlanPrompter(config)
     rows: list[dict] = []
@@ -284,9 +286,11 @@ def build_prompts(conversations: Iterable[Sequence[Mapping[str, str]]], config: 
         key = query_key(user[-1])
         if key in seen:
             continue
-        if outcomes is not None and require_outcome:
-            if not any(w in prompter.worker_names for w in outcomes.known(key)):
-                continue
+        if outcomes is not None and require_outcome and not any(
+                w in prompter.worker_names for w in outcomes.known(key)):
+            continue
+        if outcomes is not None and spread_only and not outcomes.spread(key):
+            continue
         seen.add(key)
         # The router's own path from a request to the conductor's messages, so training and serving
         # prompts cannot drift apart.
@@ -322,7 +326,7 @@ class TrainingData:
 
 def load_training_data(config: BatonConfig, *, episodes: str | Path | None = None,
                        matrix: OutcomeMatrix | None = None, intermediate: bool = True,
-                       limit: int | None = None) -> TrainingData:
+                       spread_only: bool = False, limit: int | None = None) -> TrainingData:
     """Prompts and outcomes from an episode dataset, a replay matrix, or both (outcomes pooled)."""
     if episodes is None and matrix is None:
         raise ValueError("give an episode dataset, an outcome matrix, or both")
@@ -336,7 +340,7 @@ def load_training_data(config: BatonConfig, *, episodes: str | Path | None = Non
     if matrix is not None:
         table = table.merge(outcomes_from_matrix(matrix, config.workers))
         conversations += [[{"role": "user", "content": p}] for p in matrix.prompts]
-    prompts = build_prompts(conversations, config, outcomes=table, limit=limit)
+    prompts = build_prompts(conversations, config, outcomes=table, spread_only=spread_only, limit=limit)
     if not len(prompts):
         raise ValueError("no query has a logged outcome for any worker of the pool: nothing to train on")
     return TrainingData(prompts, table)

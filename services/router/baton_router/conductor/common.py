@@ -1,17 +1,19 @@
 """What the model-backed conductors share: the prompt inputs, and turning sampled text into a Proposal.
 
-Log-probabilities, the same for every backend: `Proposal.token_logprobs` holds the conductor model's
-OWN log-probabilities of the tokens it emitted, from its raw logits at temperature 1, before the
-grammar/schema mask and before temperature, top-k or top-p. That is what vLLM returns by default
-(`logprobs_mode="raw_logprobs"`), what an OpenAI-compatible server returns, and what a trainer such as
-TRL recomputes from the policy, so logged episodes from every backend compare. Under constrained
-decoding these are NOT the probabilities the plan was sampled with (the mask renormalises over the
-allowed tokens), so their sum is at most the log of the sampling probability.
+Log-probabilities, the same for every backend: `Proposal.token_logprobs` holds, for each token the
+conductor emitted, its log-probability under the model's distribution RESTRICTED to the tokens the
+constraint (grammar or schema) allowed at that step and renormalised, at temperature 1, before
+top-k/top-p. That is what vLLM returns (its default `logprobs_mode="raw_logprobs"` is computed from
+logits the structured-output bitmask has already masked, in place, before the sampler), so the
+in-process vLLM backend, `vllm serve` behind the 'openai' backend and the 'transformers' backend
+record the same quantity. The model's unconstrained log-probs (what a trainer recomputes from the
+policy without the mask) are lower; the transformers backend has them too (`Sample.model_logprobs`).
+A hosted API behind the 'openai' backend reports whatever its provider computes.
 
 `Proposal.propensity` is the probability with which this plan was actually drawn: 1.0 under greedy
-decoding, exp(sum of the renormalised, temperature-scaled sampling log-probs) where the backend can
-compute them (transformers), and 0.0 ("unknown") where it cannot (an HTTP server or vLLM, whose
-default log-probs are the raw ones).
+decoding; exp(sum of the sampling log-probs: mask, then temperature, top-k, top-p) where the backend
+sees them (transformers); for vLLM, exp(sum(token_logprobs)) at temperature 1 (the sampling
+distribution then is the masked one); 0.0 ("unknown") otherwise.
 """
 
 from __future__ import annotations

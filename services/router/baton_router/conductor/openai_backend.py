@@ -1,10 +1,10 @@
 """The conductor behind any OpenAI-compatible Chat Completions server: `vllm serve`, or a hosted model.
 
 Each plan is one POST /chat/completions with `response_format` json_schema (the bounded plan schema,
-strict) and `logprobs: true`; the token log-probs come from `choices[0].logprobs.content`. Servers
-return the model's own log-probs (vLLM: `raw_logprobs`, before the schema mask), which is what every
-backend records. The probability the plan was sampled with is not returned, so the propensity is
-unknown (0.0) unless decoding is greedy (temperature 0, propensity 1.0).
+strict) and `logprobs: true`; the token log-probs come from `choices[0].logprobs.content`. `vllm serve` reports
+them after the schema mask and before temperature, as every backend records them (see `common`); a
+hosted API reports what its provider computes. Which distribution the server sampled from is not
+known here, so the propensity is unknown (0.0) unless decoding is greedy (temperature 0: 1.0).
 
 `policy_models` maps a request's policy name to the model to ask for, so LoRA adapters registered with
 `vllm serve --lora-modules name=path` serve as policy versions.

@@ -70,13 +70,25 @@ def model_location(settings: TransformersConductorConfig) -> tuple[Path, str | N
 
 @dataclass
 class Sample:
-    """One generated plan: its text and the log-probs of its tokens (see `common` for which)."""
+    """One generated plan: its text and three log-probs per token.
+
+    - `token_logprobs` (what the Proposal records; see `common`): the model's distribution restricted
+      to the tokens the grammar allows and renormalised, at temperature 1;
+    - `model_logprobs`: the model's own, unconstrained distribution;
+    - `sampling_logprobs`: the distribution the token was drawn from (mask, then temperature, top-k,
+      top-p); their sum gives the propensity.
+    """
 
     text: str
     token_ids: list[int]
     token_logprobs: list[float]
-    sampling_logprob: float
+    model_logprobs: list[float]
+    sampling_logprobs: list[float]
     finished: bool
+
+    @property
+    def sampling_logprob(self) -> float:
+        return math.fsum(self.sampling_logprobs)
 
 
 @dataclass
@@ -173,6 +185,42 @@ def _save_converted(model, tokenizer, target: Path) -> None:
             import shutil
 
             shutil.rmtree(partial, ignore_errors=True)
+
+
+def _grammar_processor(grammar):
+    """xgrammar's logits processor, extended to record the log-probs of each chosen token before and
+    after its mask (see `Sample`).
+
+    The mask is applied to a copy: xgrammar writes into the tensor it is given, and `generate` hands
+    processors the very tensor it returns as `output_logits`. Each step's distributions are kept
+    only until the next call shows which token was chosen, so memory stays at one step's worth.
+    """
+    import torch
+    from xgrammar.contrib.hf import LogitsProcessor
+
+    class Recording(LogitsProcessor):
+        def __init__(self, compiled) -> None:
+            super().__init__(compiled)
+            self.model_steps: list = []
+            self.allowed_steps: list = []
+            self._last = None
+
+        def settle(self, chosen) -> None:
+            if self._last is not None:
+                own, allowed = self._last
+                index = chosen.to(own.device).view(-1, 1)
+                self.model_steps.append(own.gather(1, index).squeeze(1))
+                self.allowed_steps.append(allowed.gather(1, index).squeeze(1))
+                self._last = None
+
+        def __call__(self, input_ids, scores):
+            self.settle(input_ids[:, -1])
+            own = torch.log_softmax(scores.float(), dim=-1)
+            masked = super().__call__(input_ids, scores.clone())
+            self._last = (own, torch.log_softmax(masked.float(), dim=-1))
+            return masked
+
+    return Recording(grammar)
 
 
 def _fail(pending: list[_Pending], error: BaseException) -> None:
@@ -290,7 +338,6 @@ class TransformersConductor:
             raise RuntimeError("the conductor model is not loaded")
         torch, tokenizer, settings = loaded.torch, loaded.tokenizer, self.settings
         from transformers import LogitsProcessorList
-        from xgrammar.contrib.hf import LogitsProcessor as GrammarProcessor
 
         prompts = [tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True)
                    for m in conversations]
@@ -299,23 +346,24 @@ class TransformersConductor:
         sampling = settings.temperature > 0
         options = {"do_sample": True, "temperature": settings.temperature, "top_p": settings.top_p,
                    "top_k": settings.top_k} if sampling else {"do_sample": False}
+        recorder = _grammar_processor(loaded.grammar)
         with torch.inference_mode():
             out = loaded.model.generate(
                 **inputs,
                 # xgrammar's processor keeps per-sequence matchers: a fresh one for every call.
-                logits_processor=LogitsProcessorList([GrammarProcessor(loaded.grammar)]),
+                logits_processor=LogitsProcessorList([recorder]),
                 max_new_tokens=settings.max_new_tokens,
                 pad_token_id=tokenizer.pad_token_id,
                 return_dict_in_generate=True,
-                output_logits=True,  # raw logits: the model's own log-probs
                 output_scores=True,  # after the mask and temperature: the sampling log-probs
                 **options,
             )
         self.generate_calls += 1
         self.batch_sizes.append(len(prompts))
         new = out.sequences[:, inputs["input_ids"].shape[1]:]
-        raw = torch.stack([torch.log_softmax(step.float(), dim=-1).gather(1, new[:, t:t + 1]).squeeze(1)
-                           for t, step in enumerate(out.logits)], dim=1)
+        recorder.settle(new[:, -1])  # the last step's token is known only now
+        allowed = torch.stack(recorder.allowed_steps, dim=1)
+        own = torch.stack(recorder.model_steps, dim=1)
         used = torch.stack([torch.log_softmax(step.float(), dim=-1).gather(1, new[:, t:t + 1]).squeeze(1)
                             for t, step in enumerate(out.scores)], dim=1)
         samples = []
@@ -326,12 +374,12 @@ class TransformersConductor:
             # complete), so its log-prob belongs to the plan's probability.
             length = len(ids) if end is None else end + 1
             text_ids = ids[:length] if end is None else ids[:end]
-            sampled = used[row, :length]
             samples.append(Sample(
                 text=tokenizer.decode(text_ids, skip_special_tokens=True),
                 token_ids=ids[:length],
-                token_logprobs=raw[row, :length].tolist(),
-                sampling_logprob=float(sampled.sum()) if bool(torch.isfinite(sampled).all()) else -math.inf,
+                token_logprobs=allowed[row, :length].tolist(),
+                model_logprobs=own[row, :length].tolist(),
+                sampling_logprobs=used[row, :length].tolist(),
                 finished=end is not None,
             ))
         return samples

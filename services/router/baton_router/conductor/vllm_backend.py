@@ -3,9 +3,10 @@
 Every `propose` is one `engine.generate` call: vLLM batches concurrent requests continuously, so
 nothing is gathered here. Decoding is constrained with `StructuredOutputsParams` (the bounded plan
 JSON schema, or the EBNF grammar that also enforces equal lengths and earlier-only access), and the
-sampled token log-probs come back with the output (vLLM's default `raw_logprobs`: the model's own,
-before the mask, as every backend records them; the propensity is therefore unknown, 0.0, unless
-decoding is greedy).
+sampled tokens' log-probs come back with the output: vLLM's default `raw_logprobs`, computed after
+the structured-output mask and before temperature (see `common`). At temperature 1 (top-p 1, no
+top-k) they are the sampling distribution's, so the propensity is their exponentiated sum; at other
+temperatures it is unknown (0.0), except 1.0 under greedy decoding.
 
 Policy versions are LoRA adapters: `request.policy` names one (`LoRARequest(name, int_id, path)`);
 an unknown or default policy gets `default_adapter`, or the base model when none is set. Adapters are
@@ -23,6 +24,7 @@ import dataclasses
 import inspect
 import itertools
 import logging
+import math
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -182,7 +184,9 @@ class VllmConductor:
             # Free whitespace lets a model pad the JSON until max_tokens; the plan has no use for it.
             structured = api.StructuredOutputsParams(json=self._schema, disable_any_whitespace=True)
         return api.SamplingParams(
-            temperature=s.temperature, max_tokens=s.max_tokens, structured_outputs=structured,
+            # top-p and top-k stated, so that a model's generation_config cannot narrow sampling unseen
+            # (the propensity at temperature 1 assumes the full masked distribution).
+            temperature=s.temperature, top_p=1.0, top_k=0, max_tokens=s.max_tokens, structured_outputs=structured,
             logprobs=0,  # the sampled token's own log-prob only
             output_kind=api.RequestOutputKind.FINAL_ONLY,
         )
@@ -209,8 +213,11 @@ class VllmConductor:
         if final is None or not final.outputs:
             raise RuntimeError("vLLM returned no output for the plan")
         completion = final.outputs[0]
-        return self.prompter.proposal(completion.text, sampled_logprobs(completion),
-                                      propensity_from(None, self.settings.temperature), version)
+        logprobs = sampled_logprobs(completion)
+        # Only at temperature 1 is the masked distribution the one the tokens were drawn from.
+        drawn_from = math.fsum(logprobs) if self.settings.temperature == 1.0 and logprobs else None
+        return self.prompter.proposal(completion.text, logprobs, propensity_from(drawn_from, self.settings.temperature),
+                                      version)
 
     async def aclose(self) -> None:
         if self._engine is not None and hasattr(self._engine, "shutdown"):
