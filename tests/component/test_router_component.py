@@ -88,3 +88,22 @@ async def test_an_invalid_plan_falls_back_and_is_marked(write_config):
     assert "unknown worker 'ghost'" in result.plan.invalid_reason and "not an earlier step" in result.plan.invalid_reason
     assert [s.worker for s in result.plan.steps] == ["gemini-pro"], "the safe plan: first worker, one step"
     assert list(result.plan.token_logprobs) == [-0.5, -1.0], "kept so training can give the plan reward 0"
+
+
+async def test_an_unparseable_plan_keeps_its_log_probs_in_the_fallback(write_config):
+    from baton_router.conductor import ConductorOutputError
+    from baton_router.planning import Planner
+
+    class Babbler:
+        name = "babbler"
+
+        async def propose(self, request):
+            raise ConductorOutputError("not JSON", text="{{", token_logprobs=[-2.0], propensity=0.1,
+                                       policy_version="v3")
+
+        async def aclose(self):
+            pass
+
+    result = await Planner(load_config(write_config()), Babbler()).plan(requests_pb2.ChatRequest(request_id="x"))
+    assert not result.valid and "unparseable plan: not JSON" in result.plan.invalid_reason
+    assert list(result.plan.token_logprobs) == [-2.0] and result.plan.policy_version == "v3"

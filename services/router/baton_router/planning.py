@@ -9,7 +9,7 @@ from baton.v1 import requests_pb2, workflow_pb2
 from baton_platform.config import BatonConfig
 from baton_workflow import Plan, plan_problems, to_proto
 
-from baton_router.conductor import ConductorBackend
+from baton_router.conductor import ConductorBackend, ConductorOutputError
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +35,9 @@ class Planner:
     async def plan(self, request: requests_pb2.ChatRequest) -> PlanResult:
         try:
             proposal = await self._backend.propose(request)
+        except ConductorOutputError as e:
+            # The model wrote something that is not a plan: keep what it sampled (reward 0 later).
+            return self._fallback(f"unparseable plan: {e}", e.policy_version, e.token_logprobs, e.propensity)
         except Exception as e:  # noqa: BLE001 - a broken conductor must not stop the request
             log.exception("conductor %s failed for %s", self._backend.name, request.request_id)
             return self._fallback(f"conductor error: {type(e).__name__}: {e}", policy_version="")
