@@ -22,11 +22,12 @@ from pathlib import Path
 
 import httpx
 import yaml
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from baton.v1 import common_pb2, tasks_pb2, workflow_pb2
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from baton.v1 import workflow_pb2
 
 from baton_devtools.kafka import acreate_topics
 from baton_devtools.stack import free_port
+from baton_devtools.traffic import make_task, offer
 from baton_devtools.standins import standin_stats
 from baton_platform import topics
 from baton_platform.kafka import partition_ids
@@ -124,28 +125,6 @@ async def skip_backlog(bootstrap: str) -> None:
         await consumer.stop()
 
 
-def _task(marker: int, deadline_s: float) -> tasks_pb2.Task:
-    request_id = uuid.uuid4().hex
-    return tasks_pb2.Task(task_id=f"{request_id}:0:1", request_id=request_id, step=0, attempt=1, worker=WORKER,
-                          messages=[common_pb2.ChatMessage(role="user", content=f"limits task {marker}")],
-                          max_tokens=8, deadline_unix_ms=int((time.time() + deadline_s) * 1000))
-
-
-async def _offer(bootstrap: str, tasks: list[tasks_pb2.Task], rate: float) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=1)
-    await producer.start()
-    try:
-        start = time.monotonic()
-        for i, t in enumerate(tasks):
-            delay = start + i / rate - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            await producer.send(topics.tasks_topic(PROVIDER), t.SerializeToString(), key=t.request_id.encode())
-        await producer.flush()
-    finally:
-        await producer.stop()
-
-
 class Results:
     """StepCompleted/StepFailed records on baton.workflow from its current end, with broker timestamps."""
 
@@ -226,11 +205,12 @@ async def _measure(bootstrap: str, standin_url: str, shares: list[float], *, lim
     await results.start()
     try:
         before = standin_stats(standin_url)
-        tasks = [_task(i, deadline_s=600) for i in range(int(overload * limit_per_s * offered_s))]
+        count = int(overload * limit_per_s * offered_s)
+        tasks = [make_task(uuid.uuid4().hex, WORKER, f"limits task {i}", deadline_s=600) for i in range(count)]
         echo(f"limits: {len(shares)} replica(s), shares {shares}: offering {len(tasks)} tasks at "
              f"{overload * limit_per_s:g}/s against a limit of {limit_per_s:g}/s")
         started = time.monotonic()
-        await _offer(bootstrap, tasks, rate=overload * limit_per_s)
+        await offer(bootstrap, PROVIDER, tasks, rate=overload * limit_per_s)
         # Every task must finish; at the limit that takes len(tasks)/limit seconds, plus slack.
         await results.collect({t.task_id for t in tasks}, timeout=len(tasks) / limit_per_s * 2 + 30)
         drained_s = time.monotonic() - started

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import signal
@@ -12,8 +11,8 @@ import time
 from pathlib import Path
 
 import httpx
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from baton.v1 import common_pb2, tasks_pb2, workflow_pb2
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from baton.v1 import workflow_pb2
 
 from baton_devtools.stack import free_port
 from baton_platform import topics
@@ -75,28 +74,6 @@ class ExecutorProcs:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(5)
-
-
-def make_task(request_id: str, worker: str, marker: str) -> tasks_pb2.Task:
-    return tasks_pb2.Task(task_id=f"{request_id}:0:1", request_id=request_id, step=0, attempt=1, worker=worker,
-                          messages=[common_pb2.ChatMessage(role="user", content=f"task {marker}")],
-                          max_tokens=8, deadline_unix_ms=int((time.time() + 300) * 1000))
-
-
-async def offer(bootstrap: str, provider: str, tasks: list[tasks_pb2.Task], rate: float) -> None:
-    """Publish tasks at `rate` per second."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=1)
-    await producer.start()
-    try:
-        start = time.monotonic()
-        for i, t in enumerate(tasks):
-            delay = start + i / rate - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            await producer.send(topics.tasks_topic(provider), t.SerializeToString(), key=t.request_id.encode())
-        await producer.flush()
-    finally:
-        await producer.stop()
 
 
 class Results:

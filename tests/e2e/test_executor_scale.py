@@ -13,7 +13,8 @@ import yaml
 from baton_devtools.kafka import acreate_topics
 from baton_devtools.standins import run_standin, standin_requests, standin_stats
 from baton_platform import topics
-from e2e.executors import ExecutorProcs, Results, make_task, offer
+from baton_devtools.traffic import make_task, offer
+from e2e.executors import ExecutorProcs, Results
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kafka, pytest.mark.slow]
 
@@ -55,7 +56,7 @@ async def test_replicas_together_keep_the_providers_limit_at_three_times_the_loa
             procs.start(replicas)
             await asyncio.to_thread(procs.wait_balanced)
             seconds = 6
-            tasks = [make_task(uuid.uuid4().hex, "limited", str(i)) for i in range(3 * LIMIT_PER_S * seconds)]
+            tasks = [make_task(uuid.uuid4().hex, "limited", f"task {i}") for i in range(3 * LIMIT_PER_S * seconds)]
             await offer(kafka_bootstrap, "openai_compatible", tasks, rate=3 * LIMIT_PER_S)
             await results.collect_until({t.task_id for t in tasks}, timeout=120)
             stats = standin_stats(base_url)
@@ -88,7 +89,7 @@ async def test_a_replica_killed_mid_flight_loses_nothing_and_repeats_no_complete
         try:
             procs.start(2)
             await asyncio.to_thread(procs.wait_balanced)
-            tasks = [make_task(uuid.uuid4().hex, "limited", f"marker-{i:03d}") for i in range(48)]
+            tasks = [make_task(uuid.uuid4().hex, "limited", f"task marker-{i:03d}") for i in range(48)]
             await offer(kafka_bootstrap, "openai_compatible", tasks, rate=200)
             # Let the first calls finish and others start, then kill a replica that has calls in flight.
             await results.collect_until({tasks[0].task_id}, timeout=30)
