@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 
+import fsspec
 import pyarrow.dataset as ds
 import pytest
 from baton.v1 import requests_pb2, responses_pb2
@@ -12,14 +13,18 @@ from faststream import TestApp
 from baton_platform import topics
 from baton_reward_logger.main import create_app
 from integration.helpers import config_for, ensure_topics, publish, settle, tracer
+from moto_s3 import s3_server, s3_url  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.kafka
 
 
-def rows(root):
-    if not any(root.rglob("*.parquet")):
+def rows(root: str):
+    fs, path = fsspec.core.url_to_fs(root)
+    files = [f for f in fs.find(path, refresh=True) if f.endswith(".parquet") and "/." not in f]
+    if not files:
         return []
-    return ds.dataset(root, format="parquet", partitioning="hive").to_table().to_pylist()
+    return ds.dataset(files, filesystem=fs, format="parquet", partitioning="hive",
+                      partition_base_dir=path).to_table().to_pylist()
 
 
 async def wait_rows(root, ids, timeout=20):
@@ -34,24 +39,31 @@ async def wait_rows(root, ids, timeout=20):
     return [r for r in rows(root) if r["request_id"] in ids]
 
 
-async def test_each_response_is_written_once_across_restarts(kafka_bootstrap, write_config, tmp_path):
+@pytest.fixture(params=["local", "s3"])
+def data_dir(request, tmp_path) -> str:
+    """reward_logger.dataset_dir: a local directory, or a bucket on a local S3-compatible server."""
+    if request.param == "local":
+        return str(tmp_path / "episodes")
+    return f"{request.getfixturevalue('s3_url')}/baton/data"
+
+
+async def test_each_response_is_written_once_across_restarts(kafka_bootstrap, write_config, data_dir):
     await ensure_topics(kafka_bootstrap)
-    data_dir = tmp_path / "episodes"
     config = config_for(write_config, kafka_bootstrap,
-                        reward_logger={"dataset_dir": str(data_dir), "flush_every": 2, "flush_interval_s": 0.5})
+                        reward_logger={"dataset_dir": data_dir, "flush_every": 2, "flush_interval_s": 0.5})
     ids = [uuid.uuid4().hex for _ in range(5)]
     for rid in ids[:3]:
         resp = responses_pb2.Response(request_id=rid, answer=f"answer {rid}", completed_unix_ms=1_764_000_000_000)
         resp.episode.request.CopyFrom(requests_pb2.ChatRequest(request_id=rid, policy="baton"))
         await publish(kafka_bootstrap, topics.RESPONSES, rid, resp.SerializeToString())
     async with TestApp(create_app(config, tracer_provider=tracer())):
-        assert len(await wait_rows(data_dir / "episodes", set(ids[:3]))) == 3
+        assert len(await wait_rows(f"{data_dir}/episodes", set(ids[:3]))) == 3
     for rid in ids[3:]:
         resp = responses_pb2.Response(request_id=rid, answer=f"answer {rid}", completed_unix_ms=1_764_000_000_000)
         await publish(kafka_bootstrap, topics.RESPONSES, rid, resp.SerializeToString())
     async with TestApp(create_app(config, tracer_provider=tracer())):
-        found = await wait_rows(data_dir / "episodes", set(ids))
+        found = await wait_rows(f"{data_dir}/episodes", set(ids))
         await settle(1.5)
-    found = [r for r in rows(data_dir / "episodes") if r["request_id"] in ids]
+    found = [r for r in rows(f"{data_dir}/episodes") if r["request_id"] in ids]
     assert sorted(r["request_id"] for r in found) == sorted(ids), "every response once, none twice"
     assert {r["answer"] for r in found} == {f"answer {i}" for i in ids}

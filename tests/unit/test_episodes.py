@@ -1,4 +1,9 @@
+import posixpath
+import uuid
+
+import fsspec
 import pyarrow.dataset as ds
+import pytest
 from baton.v1 import common_pb2, feedback_pb2, requests_pb2, responses_pb2
 
 from baton_reward_logger.episodes import EPISODE_SCHEMA, FEEDBACK_SCHEMA, DatasetWriter, Record, episode_row, feedback_row
@@ -23,29 +28,94 @@ def record(i: int, partition: int = 0) -> Record:
 
 
 def read(root):
-    return ds.dataset(root, format="parquet", partitioning="hive").to_table().to_pylist()
+    """Every row under `root`, a local path or an fsspec URL, read the way any pyarrow user would."""
+    fs, path = fsspec.core.url_to_fs(str(root))
+    return ds.dataset(path, filesystem=fs, format="parquet", partitioning="hive").to_table().to_pylist()
 
 
-def test_episodes_land_in_date_partitions_named_by_offsets(tmp_path):
-    w = DatasetWriter(tmp_path, "baton.responses", EPISODE_SCHEMA)
+def files(root) -> list[str]:
+    fs, path = fsspec.core.url_to_fs(str(root))
+    return sorted(posixpath.relpath(p, path) for p in fs.find(path))
+
+
+@pytest.fixture(params=["local", "memory"])
+def root(request, tmp_path):
+    """The dataset root on a local disk (temporary file, fsync, rename) or an fsspec URL (one write)."""
+    if request.param == "local":
+        yield str(tmp_path / "data")
+        return
+    url = f"memory:///baton-{uuid.uuid4().hex}"  # the memory filesystem is one per process
+    yield url
+    fsspec.filesystem("memory").rm(url, recursive=True)
+
+
+def test_episodes_land_in_date_partitions_named_by_offsets(root):
+    w = DatasetWriter(root, "baton.responses", EPISODE_SCHEMA)
     path = w.write(2, [record(o, 2) for o in (5, 6, 7)])
-    assert path.parent.name == "date=2025-11-24"
-    assert path.name == "baton.responses-p2-000000000005-000000000007.parquet"
-    rows = read(tmp_path)
+    assert path.startswith(root) and path.endswith(
+        "/date=2025-11-24/baton.responses-p2-000000000005-000000000007.parquet")
+    assert files(root) == ["date=2025-11-24/baton.responses-p2-000000000005-000000000007.parquet"]
+    rows = read(root)
     assert [r["request_id"] for r in rows] == ["r5", "r6", "r7"]
     assert rows[0]["query"] == "question 5" and rows[0]["steps"][0]["output"] == "answer 5"
     assert rows[0]["reward"] is None and rows[0]["reward_detail"] == "no reference answer"
 
 
-def test_a_replay_after_a_crash_replaces_instead_of_duplicating(tmp_path):
-    w = DatasetWriter(tmp_path, "baton.responses", EPISODE_SCHEMA)
+def test_a_replay_after_a_crash_replaces_instead_of_duplicating(root):
+    w = DatasetWriter(root, "baton.responses", EPISODE_SCHEMA)
     w.write(0, [record(o) for o in range(0, 4)])
+    w.write(1, [record(o, 1) for o in range(0, 3)])  # another partition: its offsets are its own
     # The process died before committing; the partition is re-read from 0 and flushed in other sizes.
     w.write(0, [record(o) for o in range(0, 2)])
     w.write(0, [record(o) for o in range(2, 6)])
-    ids = sorted(r["request_id"] for r in read(tmp_path))
-    assert ids == [f"r{i}" for i in range(6)]
-    assert not list(tmp_path.rglob(".*.tmp"))
+    # A replay of the same run keeps the same name and overwrites the file.
+    w.write(0, [record(o) for o in range(2, 6)])
+    assert files(root) == ["date=2025-11-24/baton.responses-p0-000000000000-000000000001.parquet",
+                           "date=2025-11-24/baton.responses-p0-000000000002-000000000005.parquet",
+                           "date=2025-11-24/baton.responses-p1-000000000000-000000000002.parquet"]
+    rows = read(root)
+    assert sorted(r["request_id"] for r in rows if r["source_partition"] == 0) == [f"r{i}" for i in range(6)]
+    assert sorted(r["request_id"] for r in rows if r["source_partition"] == 1) == ["r0", "r1", "r2"]
+
+
+def test_a_relative_path_stays_relative_to_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    w = DatasetWriter("data/episodes", "baton.responses", EPISODE_SCHEMA)
+    assert w.local
+    assert w.write(0, [record(0)]) == str(tmp_path / "data/episodes/date=2025-11-24/"
+                                          "baton.responses-p0-000000000000-000000000000.parquet")
+
+
+def test_a_file_url_is_a_local_disk(tmp_path):
+    w = DatasetWriter(f"file://{tmp_path}/data", "baton.responses", EPISODE_SCHEMA)
+    assert w.local, "file:// goes through the temporary file, fsync and rename"
+    w.write(0, [record(0), record(1)])
+    assert [r["request_id"] for r in read(tmp_path / "data")] == ["r0", "r1"]
+
+
+def test_the_config_keeps_a_url_as_written(write_config):
+    from baton_platform.config import load_config
+
+    config = load_config(write_config({"reward_logger": {"dataset_dir": "s3://bucket/baton/data"}}))
+    assert config.reward_logger.dataset_dir == "s3://bucket/baton/data"
+    assert load_config(write_config({})).reward_logger.dataset_dir == ".baton/data"
+
+
+def test_the_trainer_reads_the_dataset_where_the_logger_wrote_it(root):
+    from baton_trainer.cluster import count_episodes
+    from baton_trainer.grpo_data import read_episodes
+    from baton_trainer.logged import read_episodes as read_logged
+
+    assert count_episodes(f"{root}/episodes") == 0 and read_logged(f"{root}/episodes") == []
+    w = DatasetWriter(f"{root}/episodes", "baton.responses", EPISODE_SCHEMA)
+    w.write(0, [record(o) for o in range(0, 3)])
+    w.write(3, [record(o, 3) for o in range(7, 9)])
+    assert count_episodes(f"{root}/episodes") == 5
+    # grpo takes the dataset root or its episodes/ folder.
+    assert sorted(r["query"] for r in read_episodes(root)) == sorted(
+        r["query"] for r in read_episodes(f"{root}/episodes/"))
+    assert len(read_episodes(root)) == 5
+    assert read_logged(f"{root}/episodes") == []  # none was chosen by the `policy` backend
 
 
 def test_graded_rewards_under_both_schemes():
@@ -67,3 +137,42 @@ def test_feedback_rows_join_on_the_response_id(tmp_path):
     w.write(0, [Record(0, 9, feedback_row(fb, 0, 9), fb.created_unix_ms)])
     (row,) = read(tmp_path)
     assert (row["response_id"], row["score"], row["source_offset"]) == ("r1", -0.5, 9)
+
+
+async def test_a_record_revoked_while_it_is_graded_is_written_once_by_the_next_reading(write_config, tmp_path):
+    import asyncio
+    import threading
+    from types import SimpleNamespace
+
+    from aiokafka import TopicPartition
+    from prometheus_client import CollectorRegistry, Counter
+
+    from baton_platform.config import load_config
+    from baton_reward_logger.handlers import Sink
+
+    grading, release = threading.Event(), threading.Event()
+
+    def slow_row(value, partition, offset):
+        grading.set()
+        release.wait(5)
+        return {"request_id": value.decode()}, 0
+
+    service = SimpleNamespace(config=load_config(write_config()), dead_letters=None)
+    written = Counter("rows", "rows", ["topic"], registry=CollectorRegistry())
+    sink = Sink(service, "baton.responses", DatasetWriter(tmp_path, "baton.responses", EPISODE_SCHEMA), slow_row, written)
+    rows = []
+    sink.writer = SimpleNamespace(write=lambda partition, records: rows.extend(r.offset for r in records))
+
+    def message(offset):
+        return SimpleNamespace(raw_message=SimpleNamespace(topic="baton.responses", partition=0, offset=offset),
+                               body=b"r%d" % offset, consumer=None)
+
+    tp = TopicPartition("baton.responses", 0)
+    first = asyncio.create_task(sink.handle(message(2)))
+    await asyncio.to_thread(grading.wait, 5)
+    await sink.on_partitions_revoked({tp})  # the rebalance lands while offset 2 is being graded
+    release.set()
+    await first
+    await sink.handle(message(2))  # the partition comes back: read again from the last commit
+    await sink.flush_due(force=True)
+    assert rows == [2], "the record is written once, not once per reading"

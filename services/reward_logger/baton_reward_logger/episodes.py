@@ -3,9 +3,11 @@
 Episodes (one row per final response) go to `<dir>/episodes/`, user feedback (reward records that
 join episodes on `request_id` = `response_id`) to `<dir>/feedback/`. Layout:
 `<dir>/<dataset>/date=YYYY-MM-DD/<topic>-p<partition>-<first offset>-<last offset>.parquet`.
-A file is written to a temporary name, synced, then renamed, so a reader never sees half a file.
-When a partition is re-read after a crash, the new file starts at the same offset as the one
-written before the crash and replaces it, so the dataset never holds a record twice.
+`<dir>` is a local directory or an fsspec URL (s3://bucket/prefix in production, memory://x in tests).
+A reader never sees half a file: on a local disk the file is written to a temporary name, synced,
+then renamed; on an object store it is written whole in one PUT, which the store publishes
+atomically. When a partition is re-read after a crash, the new file starts at the same offset as
+the one written before the crash and replaces it, so the dataset never holds a record twice.
 """
 
 from __future__ import annotations
@@ -13,12 +15,15 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import posixpath
 from dataclasses import dataclass
 from pathlib import Path
 
+import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 from baton.v1 import feedback_pb2, responses_pb2
+from fsspec.implementations.local import LocalFileSystem
 from google.protobuf.json_format import MessageToDict
 
 from baton_reward_logger.rewards import Reward
@@ -92,36 +97,56 @@ def feedback_row(fb: feedback_pb2.Feedback, partition: int, offset: int) -> dict
 
 
 class DatasetWriter:
-    def __init__(self, root: Path, topic: str, schema: pa.Schema) -> None:
-        self.root = root
+    def __init__(self, root: str | os.PathLike, topic: str, schema: pa.Schema) -> None:
+        # A plain path resolves against the working directory, as it always has; a URL picks its
+        # filesystem. s3fs finds its endpoint and credentials as botocore does (AWS_ENDPOINT_URL_S3,
+        # AWS_ACCESS_KEY_ID, an IAM role, ...), so nothing S3-specific lives in Baton's config.
+        self.fs, self.root = fsspec.core.url_to_fs(os.fspath(root))
+        self.local = isinstance(self.fs, LocalFileSystem)
         self.topic = topic
         self.schema = schema
 
-    def write(self, partition: int, records: list[Record]) -> Path:
-        """Durably write one partition's contiguous run of records; return the file."""
+    def write(self, partition: int, records: list[Record]) -> str:
+        """Durably write one partition's contiguous run of records; return the file's path or URL."""
         first, last = records[0].offset, records[-1].offset
         day = dt.datetime.fromtimestamp(records[0].stamp_ms / 1000, dt.timezone.utc).date().isoformat()
-        folder = self.root / f"date={day}"
-        folder.mkdir(parents=True, exist_ok=True)
-        final = folder / f"{self.topic}-p{partition}-{first:012d}-{last:012d}.parquet"
-        tmp = folder / f".{final.name}.tmp"
+        final = f"{self.root}/date={day}/{self.topic}-p{partition}-{first:012d}-{last:012d}.parquet"
         table = pa.Table.from_pylist([r.row for r in records], schema=self.schema)
+        if self.local:
+            self._write_local(table, Path(final), partition, first, last)
+            return final
+        buffer = pa.BufferOutputStream()
+        pq.write_table(table, buffer)
+        self._drop_replaced(partition, first, last, keep=final)
+        # An object store has no atomic rename (S3 copies then deletes), but it publishes a PUT whole
+        # or not at all: write the final name in one call, and the file is durable once it returns.
+        self.fs.pipe_file(final, buffer.getvalue().to_pybytes())
+        return self.fs.unstrip_protocol(final)
+
+    def _write_local(self, table: pa.Table, final: Path, partition: int, first: int, last: int) -> None:
+        folder = final.parent
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{final.name}.tmp"
         pq.write_table(table, tmp)
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
-        self._drop_replaced(partition, first, last, keep=final)
+        self._drop_replaced(partition, first, last, keep=str(final))
         os.replace(tmp, final)
         dir_fd = os.open(folder, os.O_RDONLY)
         try:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
-        return final
 
-    def _drop_replaced(self, partition: int, first: int, last: int, keep: Path) -> None:
+    def _drop_replaced(self, partition: int, first: int, last: int, keep: str) -> None:
         # Files from before a crash that start inside this run hold records this file now has (or
         # that the rest of the re-read will write again): remove them so no record is kept twice.
-        for old in self.root.glob(f"date=*/{self.topic}-p{partition}-*.parquet"):
-            start = int(old.stem.split("-")[-2])
-            if old != keep and first <= start <= last:
-                old.unlink()
+        # List afresh, not from a cached listing: another replica may have owned this partition.
+        self.fs.invalidate_cache(self.root)
+        prefix = f"{self.topic}-p{partition}-"
+        for old in self.fs.find(self.root):
+            name = posixpath.basename(old)
+            if not (name.startswith(prefix) and name.endswith(".parquet")) or old == keep:
+                continue
+            if first <= int(name.split("-")[-2]) <= last:
+                self.fs.rm_file(old)

@@ -44,6 +44,9 @@ class Sink(ConsumerRebalanceListener):
         self._interval = cfg.flush_interval_s
         self._buffers: dict[TopicPartition, list[Record]] = {}
         self._since: dict[TopicPartition, float] = {}
+        # Bumped when a partition is revoked: a record still being graded then is dropped, since
+        # the partition's next owner (maybe this replica again) reads it again from the last commit.
+        self._epochs: dict[TopicPartition, int] = {}
         self.tracker = OffsetTracker()
         self._consumer = None
         self._lock = asyncio.Lock()
@@ -60,6 +63,7 @@ class Sink(ConsumerRebalanceListener):
         tp = TopicPartition(raw.topic, raw.partition)
         self._consumer = getattr(msg, "consumer", None)
         self.tracker.begin(tp, raw.offset)
+        epoch = self._epochs.get(tp, 0)
         try:
             # Grading may run a sandboxed subprocess: keep it off the event loop.
             made = await asyncio.to_thread(self.make_row, msg.body, raw.partition, raw.offset)
@@ -71,6 +75,8 @@ class Sink(ConsumerRebalanceListener):
             return
         row, stamp = made
         async with self._lock:
+            if self._epochs.get(tp, 0) != epoch:
+                return  # revoked while grading: written by whoever reads it next, never twice
             self._buffers.setdefault(tp, []).append(Record(raw.partition, raw.offset, row, stamp))
             self._since.setdefault(tp, time.monotonic())
             if len(self._buffers[tp]) >= self._flush_every:
@@ -99,9 +105,10 @@ class Sink(ConsumerRebalanceListener):
         # Write what we hold before the partition moves, so the new owner starts after it.
         async with self._lock:
             for tp in revoked:
+                self._epochs[tp] = self._epochs.get(tp, 0) + 1
                 if tp in self._buffers:
                     await self._flush(tp)
-        self.tracker.forget(revoked)
+            self.tracker.forget(revoked)
 
     async def on_partitions_assigned(self, assigned) -> None:
         return None

@@ -20,12 +20,12 @@ SERVICE_NAME = "baton-reward-logger"
 def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = None) -> AsgiFastStream:
     service = Service.create(SERVICE_NAME, config, tracer_provider)
     cfg = config.reward_logger
-    root = cfg.dataset_dir
+    root = cfg.dataset_dir.rstrip("/")  # a local path or a URL: joined as text, which both accept
     written = Counter("baton_dataset_rows", "Rows written to the datasets", ["topic"], registry=service.registry)
     sinks = [
-        Sink(service, topics.RESPONSES, DatasetWriter(root / "episodes", topics.RESPONSES, EPISODE_SCHEMA),
+        Sink(service, topics.RESPONSES, DatasetWriter(f"{root}/episodes", topics.RESPONSES, EPISODE_SCHEMA),
              response_row_maker(cfg.reward_scheme, cfg.cost_weight), written),
-        Sink(service, topics.FEEDBACK, DatasetWriter(root / "feedback", topics.FEEDBACK, FEEDBACK_SCHEMA),
+        Sink(service, topics.FEEDBACK, DatasetWriter(f"{root}/feedback", topics.FEEDBACK, FEEDBACK_SCHEMA),
              feedback_row_maker(), written),
     ]
     for sink in sinks:

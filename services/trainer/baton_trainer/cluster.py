@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-import pyarrow.dataset as ds
+from .episode_dataset import open_dataset
 
 LAST_RUN_LABEL = "baton.io/episodes"
 
@@ -38,10 +38,9 @@ class JobLauncher(Protocol):
 
 
 def count_episodes(root: str | Path) -> int:
-    root = Path(root)
-    if not any(root.rglob("*.parquet")):
-        return 0
-    return ds.dataset(root, format="parquet", partitioning="hive").count_rows()
+    """Rows in the episode dataset at a local path or an fsspec URL (s3://bucket/prefix/episodes)."""
+    dataset = open_dataset(root)
+    return dataset.count_rows() if dataset is not None else 0
 
 
 def due(total: int, at_last_launch: int, min_new: int) -> bool:
@@ -108,7 +107,8 @@ def launch_if_due(launcher: JobLauncher, spec: GrpoJobSpec, episodes_dir: str | 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="baton-trainer launch-grpo",
                                 description="Start a GPU GRPO Job when enough new episodes have come in")
-    p.add_argument("--episodes", required=True)
+    p.add_argument("--episodes", required=True,
+                   help="the episode dataset: a directory or a URL (s3://bucket/prefix/episodes)")
     p.add_argument("--min-new", type=int, default=5000)
     p.add_argument("--namespace", required=True)
     p.add_argument("--image", required=True)

@@ -173,7 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m baton_trainer grpo",
                                 description="GRPO fine-tuning (LoRA) of the LLM conductor from logged outcomes.")
     p.add_argument("--config", required=True, help="Baton YAML config: its workers are the pool the prompts show")
-    p.add_argument("--episodes", help="episode dataset directory (the reward logger's episodes/ or its parent)")
+    p.add_argument("--episodes", help="episode dataset directory or URL such as s3://bucket/prefix "
+                   "(the reward logger's episodes/ or its parent)")
     p.add_argument("--matrix", help="outcome matrix CSV (RouterBench layout): replay outcomes and prompts")
     p.add_argument("--model", required=True, help="local directory of the base conductor model")
     p.add_argument("--out", required=True, help="output directory; the adapter goes to OUT/adapter")

@@ -137,15 +137,19 @@ class OutcomeTable:
 
 def read_episodes(directory: str | Path) -> list[dict]:
     """Episode rows from the reward logger's dataset: `directory` is its `episodes/` folder or the
-    dataset root above it. Only the columns training needs are read."""
-    import pyarrow.dataset as ds
+    dataset root above it, a local path or an fsspec URL (s3://bucket/prefix). Only the columns
+    training needs are read."""
+    from .episode_dataset import locate, open_dataset
 
-    root = Path(directory)
-    if (root / "episodes").is_dir():
-        root = root / "episodes"
-    if not root.is_dir():
+    root = str(directory).rstrip("/")
+    fs, path = locate(root)
+    if fs.isdir(f"{path}/episodes"):
+        root, path = f"{root}/episodes", f"{path}/episodes"
+    if not fs.isdir(path):
         raise ValueError(f"episode dataset {root} is not a directory")
-    dataset = ds.dataset(str(root), format="parquet", partitioning="hive")
+    dataset = open_dataset(root)
+    if dataset is None:
+        raise ValueError(f"episode dataset {root} holds no Parquet file")
     columns = [c for c in EPISODE_COLUMNS if c in dataset.schema.names]
     missing = {"query", "steps"} - set(columns)
     if missing:

@@ -6,8 +6,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import pyarrow.dataset as ds
-
+from .episode_dataset import open_dataset
 from .fastpolicy import Episode
 
 
@@ -19,13 +18,14 @@ class Logged:
 
 
 def read_episodes(root: str | Path, *, policy_backend: str = "policy") -> list[Logged]:
-    """Graded episodes a `policy` conductor chose, with the action and propensity it logged."""
-    root = Path(root)
-    if not any(root.rglob("*.parquet")):
+    """Graded episodes a `policy` conductor chose, with the action and propensity it logged.
+    `root` is the episodes/ directory or its URL (s3://bucket/prefix/episodes)."""
+    dataset = open_dataset(root)
+    if dataset is None:
         return []
     cols = ["request_id", "query", "metadata_json", "plan_backend", "plan_action", "plan_propensity",
             "plan_policy_version", "quality", "cost_usd", "plan_fallback"]
-    table = ds.dataset(root, format="parquet", partitioning="hive").to_table(columns=cols)
+    table = dataset.to_table(columns=cols)
     out = []
     seen: set[str] = set()
     for r in table.to_pylist():

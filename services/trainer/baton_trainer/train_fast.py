@@ -1,6 +1,6 @@
 """`baton-trainer train-fast`: learn the fast policy from logged episodes, gate it, roll it out.
 
-    baton-trainer train-fast --episodes DIR --store URI [--publish]   # BATON_CONFIG names the pool
+    baton-trainer train-fast --episodes DIR|URL --store URI [--publish]   # BATON_CONFIG names the pool
     baton-trainer rollback --store URI [--to VERSION]
 """
 
@@ -102,7 +102,9 @@ def main(argv: list[str] | None = None, command: str = "train-fast") -> int:
     parser.add_argument("--name", default="baton", help="policy name (the key on baton.policy)")
     parser.add_argument("--bootstrap-servers", default=None, help="overrides kafka.bootstrap_servers")
     if command == "train-fast":
-        parser.add_argument("--episodes", required=True, help="the episode dataset (reward logger's episodes/)")
+        parser.add_argument("--episodes", required=True,
+                            help="the episode dataset (reward logger's episodes/): a directory or a URL "
+                            "such as s3://bucket/prefix/episodes")
         parser.add_argument("--holdout", type=float, default=0.3, help="share of episodes held back for the gate")
         parser.add_argument("--min-episodes", type=int, default=50)
         parser.add_argument("--cost-weight", type=float, default=0.0)

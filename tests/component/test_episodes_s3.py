@@ -1,0 +1,53 @@
+"""The episode dataset on S3: written by the reward logger's writer to a real S3-compatible server
+(moto's, reached through AWS_ENDPOINT_URL_S3 as MinIO or R2 would be), and read back by the trainer."""
+
+from __future__ import annotations
+
+import pyarrow.dataset as ds
+from s3fs import S3FileSystem
+
+from baton_reward_logger.episodes import EPISODE_SCHEMA, DatasetWriter
+from baton_trainer.cluster import count_episodes
+from baton_trainer.grpo_data import read_episodes
+from moto_s3 import s3_server, s3_url  # noqa: F401 - fixtures
+from unit.test_episodes import record
+
+DAY = "date=2025-11-24"
+
+
+def keys(fs: S3FileSystem, url: str) -> list[str]:
+    prefix = url.removeprefix("s3://") + "/"
+    return sorted(k.removeprefix(prefix) for k in fs.find(url, refresh=True))
+
+
+def test_files_are_written_whole_under_their_final_names_and_replays_replace_them(s3_url):
+    root = f"{s3_url}/baton/data/episodes"
+    w = DatasetWriter(root, "baton.responses", EPISODE_SCHEMA)
+    assert not w.local
+    path = w.write(0, [record(o) for o in range(0, 4)])
+    assert path == f"{root}/{DAY}/baton.responses-p0-000000000000-000000000003.parquet"
+    # Another replica, with its own S3 client (no listing cache shared), owned partition 0 and wrote
+    # 4..7 before it crashed; this one re-reads from 4 in other sizes.
+    replica = DatasetWriter(root, "baton.responses", EPISODE_SCHEMA)
+    replica.fs = other = S3FileSystem(skip_instance_cache=True)
+    replica.write(0, [record(o) for o in range(4, 8)])
+    w.write(0, [record(o) for o in range(4, 6)])
+    w.write(0, [record(o) for o in range(6, 9)])
+    w.write(2, [record(o, 2) for o in range(0, 2)])
+    assert keys(other, root) == [f"{DAY}/baton.responses-p0-000000000000-000000000003.parquet",
+                                 f"{DAY}/baton.responses-p0-000000000004-000000000005.parquet",
+                                 f"{DAY}/baton.responses-p0-000000000006-000000000008.parquet",
+                                 f"{DAY}/baton.responses-p2-000000000000-000000000001.parquet"], \
+        "only final names: no temporary object, no duplicate run"
+    rows = ds.dataset(root.removeprefix("s3://"), filesystem=other, format="parquet",
+                      partitioning="hive").to_table().to_pylist()
+    assert sorted(r["source_offset"] for r in rows if r["source_partition"] == 0) == list(range(9))
+    assert rows[0]["query"] == "question 0"
+
+
+def test_the_trainer_reads_episodes_from_s3(s3_url):
+    w = DatasetWriter(f"{s3_url}/data/episodes", "baton.responses", EPISODE_SCHEMA)
+    assert count_episodes(f"{s3_url}/data/episodes") == 0
+    w.write(1, [record(o, 1) for o in range(3)])
+    assert count_episodes(f"{s3_url}/data/episodes") == 3
+    assert sorted(r["query"] for r in read_episodes(f"{s3_url}/data")) == ["question 0", "question 1", "question 2"]
