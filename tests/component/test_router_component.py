@@ -107,3 +107,68 @@ async def test_an_unparseable_plan_keeps_its_log_probs_in_the_fallback(write_con
     result = await Planner(load_config(write_config()), Babbler()).plan(requests_pb2.ChatRequest(request_id="x"))
     assert not result.valid and "unparseable plan: not JSON" in result.plan.invalid_reason
     assert list(result.plan.token_logprobs) == [-2.0] and result.plan.policy_version == "v3"
+
+
+def inner_request(depth: int = 1) -> requests_pb2.ChatRequest:
+    return requests_pb2.ChatRequest(
+        request_id="p:1:1", messages=[common_pb2.ChatMessage(role="user", content="2+2?")],
+        parent=requests_pb2.Parent(request_id="p", task_id="p:1:1", step=1, attempt=1, depth=depth,
+                                   last_answer="4", steps=[requests_pb2.PriorStep(worker="gemini-pro", output="4")]))
+
+
+async def test_an_inner_call_that_keeps_the_answer_completes_the_parents_step(router):
+    app, seen, _ = router
+    async with TestKafkaBroker(app.broker) as br:
+        await br.publish(inner_request().SerializeToString(), topics.REQUESTS, key=b"p:1:1")
+        await asyncio.sleep(0)
+    (msg,) = seen["workflow"]
+    event = workflow_pb2.WorkflowEvent.FromString(msg.body)
+    # Keyed by the parent, so the synthesizer replica running the parent workflow receives it.
+    assert event.request_id == "p" and msg.raw_message.key == b"p"
+    done = event.step_completed
+    assert (done.task_id, done.step, done.attempt, done.worker, done.output) == ("p:1:1", 1, 1, "conductor", "4")
+    assert len(done.inner_plan.steps) == 0 and not done.inner_plan.fallback
+
+
+async def test_an_inner_call_with_a_corrective_plan_starts_a_workflow(write_config):
+    from testbed import default_config_data
+
+    data = default_config_data()
+    data["conductor"]["inner_plan"] = {"workers": ["llama-70b"], "subtasks": ["Fix it."], "access": [[]]}
+    app = create_app(load_config(write_config(data=data)))
+    seen = []
+
+    @app.broker.subscriber(topics.WORKFLOW)
+    async def workflow(msg: KafkaMessage):
+        seen.append(workflow_pb2.WorkflowEvent.FromString(msg.body))
+
+    async with TestKafkaBroker(app.broker) as br:
+        await br.publish(inner_request().SerializeToString(), topics.REQUESTS, key=b"p:1:1")
+    (event,) = seen
+    assert event.request_id == "p:1:1" and event.planned.request.parent.request_id == "p"
+    assert [s.worker for s in event.planned.plan.steps] == ["llama-70b"]
+
+
+async def test_recursion_stops_at_the_depth_limit_by_keeping_the_answer(write_config):
+    from baton_router.conductor import Proposal
+    from baton_router.planning import Planner
+    from baton_workflow import Plan
+
+    class Recursive:
+        name = "recursive"
+
+        async def propose(self, request):
+            return Proposal(plan=Plan(workers=["gemini-pro", "conductor"], subtasks=["a", "b"], access=[[], "all"]))
+
+        async def aclose(self):
+            pass
+
+    planner = Planner(load_config(write_config()), Recursive())
+    top = await planner.plan(requests_pb2.ChatRequest(request_id="x"))
+    assert top.valid and [s.worker for s in top.plan.steps] == ["gemini-pro", "conductor"]
+    deep = await planner.plan(inner_request(depth=1))
+    assert not deep.valid and deep.plan.fallback and len(deep.plan.steps) == 0, "at the limit: keep the answer"
+    assert "at most 1 level(s) deep" in deep.plan.invalid_reason
+    off = Planner(load_config(write_config({"conductor": {**load_config(write_config()).conductor.model_dump(
+        mode="json", exclude_none=True), "max_depth": 0}})), Recursive())
+    assert not (await off.plan(requests_pb2.ChatRequest(request_id="y"))).valid, "max_depth 0 turns recursion off"

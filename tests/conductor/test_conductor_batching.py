@@ -41,7 +41,7 @@ class Generate:
         self.threads: set[str] = set()
         self.seconds, self.text, self.fail = seconds, text, fail
 
-    def __call__(self, conversations):
+    def __call__(self, conversations, inner=None):
         self.batches.append([c[-1]["content"] for c in conversations])
         self.threads.add(threading.current_thread().name)
         time.sleep(self.seconds)  # blocks its thread, as the model does

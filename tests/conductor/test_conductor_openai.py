@@ -112,9 +112,31 @@ async def test_a_plan_comes_back_with_the_servers_token_log_probs(server, conduc
     assert fmt["type"] == "json_schema" and fmt["json_schema"]["strict"] is True
     schema = fmt["json_schema"]["schema"]
     assert schema["properties"]["model_id"]["maxItems"] == 4
-    assert schema["properties"]["model_id"]["items"]["maximum"] == len(names) - 1
+    # The pool's workers, then the conductor itself (recursion is on by default).
+    assert schema["properties"]["model_id"]["items"]["maximum"] == len(names)
+    assert schema["properties"]["model_id"]["minItems"] == 1, "a user's request needs a plan with steps"
     assert [m["role"] for m in body["messages"]] == ["system", "user"]
     assert "Model 0: " in body["messages"][0]["content"]
+    assert not any(n in json.dumps(body["messages"]) for n in names)
+
+
+async def test_an_inner_call_sees_the_workflow_so_far_and_may_keep_the_answer(server, conductor):
+    backend, names = conductor
+    server.replies.append((200, completion('{"model_id": [], "subtasks": [], "access_list": []}', [-0.2, -0.1])))
+    inner = ask()
+    inner.parent.CopyFrom(requests_pb2.Parent(
+        request_id="q1", task_id="q1:1:1", step=1, attempt=1, depth=1, last_answer="Sydney",
+        steps=[requests_pb2.PriorStep(worker=names[2], instruction="Name the capital.", output="Sydney")]))
+    proposal = await backend.propose(inner)
+    await backend.aclose()
+    assert proposal.plan.steps == 0 and proposal.token_logprobs == [-0.2, -0.1]
+    body = server.requests[0]["body"]
+    schema = body["response_format"]["json_schema"]["schema"]
+    assert schema["properties"]["model_id"]["minItems"] == 0, "an inner call may keep the answer"
+    question = body["messages"][1]["content"]
+    # The workflow so far is shown with models by index, like the pool; the depth limit is reached.
+    assert "[Step 0] Model 2: Name the capital." in question and "Its last answer: Sydney" in question
+    assert f"Model {len(names)} (the conductor) may not be used here" in question
     assert not any(n in json.dumps(body["messages"]) for n in names)
 
 

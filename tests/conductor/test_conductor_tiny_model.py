@@ -42,12 +42,17 @@ async def test_a_random_model_under_the_grammar_writes_only_valid_plans(conducto
     backend, workers = conductor
     asks = [requests_pb2.ChatRequest(request_id=str(i), messages=[common_pb2.ChatMessage(role="user", content=q)])
             for i, q in enumerate(QUESTIONS)]
+    # Every other request is an inner call (the conductor as a step): one batch mixes both grammars.
+    for a in asks[1::2]:
+        a.parent.CopyFrom(requests_pb2.Parent(request_id="p", task_id="p:1:1", step=1, attempt=1, depth=1,
+                                              last_answer="42", steps=[requests_pb2.PriorStep(
+                                                  worker=workers[0], instruction="Solve it.", output="42")]))
     proposals = await asyncio.gather(*(backend.propose(a) for a in asks))
     assert backend.batch_sizes == [4, 4]
     assert backend._loaded.version == "tiny-qwen2" and not backend._loaded.from_cache
-    for p in proposals:
+    for a, p in zip(asks, proposals):
         # Random weights write gibberish, yet the grammar holds every plan to the rules and the token limit.
-        assert plan_problems(p.plan, workers, 4) == []
+        assert plan_problems(p.plan, [*workers, "conductor"], 4, allow_empty=a.HasField("parent")) == []
         assert 0 < len(p.token_logprobs) <= 200 and all(lp <= 0 for lp in p.token_logprobs)
     assert len({tuple(p.plan.workers) for p in proposals}) > 1, "sampling explores different plans"
 

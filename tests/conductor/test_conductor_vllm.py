@@ -147,7 +147,7 @@ async def test_the_engine_gets_the_schema_the_chat_prompt_and_asks_for_log_probs
     assert params["temperature"] == 0.9 and params["logprobs"] == 0 and params["output_kind"] == "final-only"
     assert (params["top_p"], params["top_k"]) == (1.0, 0)
     structured = params["structured_outputs"].call.kwargs
-    assert structured["json"]["properties"]["model_id"]["items"]["maximum"] == len(names) - 1
+    assert structured["json"]["properties"]["model_id"]["items"]["maximum"] == len(names), "workers, then the conductor"
     assert structured["json"]["properties"]["subtasks"]["maxItems"] == 3
     assert structured["disable_any_whitespace"] is True
 

@@ -29,10 +29,11 @@ COLUMNS = ["gemini-1.5-pro-002", "gemini-1.5-flash-002", "Meta-Llama-3_1-70B-Ins
 NAMES = ["gemini-pro", "gemini-flash", "llama-70b"]
 
 
-def config_data() -> dict:
+def config_data(max_depth: int = 0) -> dict:
     data = default_config_data()
     # Short prompts keep the tiny model's sequences short; the prompt is otherwise the router's own.
-    data["conductor"].update(prompt_example=False, max_steps=3, max_subtask_chars=160)
+    # The tiny model is warm-started over the three workers, so the conductor is not in its pool.
+    data["conductor"].update(prompt_example=False, max_steps=3, max_subtask_chars=160, max_depth=max_depth)
     return data
 
 
@@ -182,8 +183,9 @@ def test_prompts_are_the_routers_own_and_only_for_queries_with_outcomes(config, 
 # ---------------------------------------------------------------- reward
 
 
-def test_the_reward_scores_each_plan_by_its_own_logged_outcome(config, matrix_slice):
+def test_the_reward_scores_each_plan_by_its_own_logged_outcome(matrix_slice):
     header, picked = matrix_slice
+    config = BatonConfig(**config_data(max_depth=1))  # the pool ends with the conductor, index 3
     table = outcomes_from_matrix(from_rows(header, picked), config.workers)
     prompts = build_prompts([[{"role": "user", "content": r["prompt"]}] for r in picked], config, outcomes=table)
     reward = PlanOutcomeReward(table, prompts.worker_names, prompts.bounds)
@@ -197,9 +199,11 @@ def test_the_reward_scores_each_plan_by_its_own_logged_outcome(config, matrix_sl
         render_plan([7], ["Answer."], [[]]),  # no such worker
         render_plan([0, 1], ["Answer.", "Answer."], [[1], []]),  # reads a later step
         json.dumps({"model_id": [0, 1], "subtasks": ["Answer."], "access_list": [[]]}),  # unequal lists
+        render_plan([0, 3], ["Answer.", "Check."], [[], [0]]),  # then the conductor: scored as keeping it
+        render_plan([1, 3], ["Answer.", "Check."], [[], [0]]),
     ]
     scores = reward(completions=group, query_key=[key] * len(group))
-    assert scores == [RIGHT, WRONG, RIGHT, WRONG, INVALID, INVALID, INVALID, INVALID]
+    assert scores == [RIGHT, WRONG, RIGHT, WRONG, INVALID, INVALID, INVALID, INVALID, RIGHT, WRONG]
     assert statistics.pstdev(scores) > 0  # the group has spread: GRPO gets advantages
     # Chat prompts give chat completions.
     chat = [[{"role": "assistant", "content": group[0]}], [{"role": "assistant", "content": group[1]}]]
@@ -207,11 +211,11 @@ def test_the_reward_scores_each_plan_by_its_own_logged_outcome(config, matrix_sl
     # The same plan scores differently on a query where it was wrong: the reward is per plan AND query.
     unseen = OutcomeTable(NAMES)
     unseen.add(picked[0]["prompt"], "gemini-flash", 1.0, 0.002)
-    flipped = PlanOutcomeReward(unseen, NAMES, prompts.bounds)
+    flipped = PlanOutcomeReward(unseen, prompts.worker_names, prompts.bounds)
     assert flipped(completions=group[:2], query_key=[key, key]) == [UNKNOWN, RIGHT]
     assert WRONG < UNKNOWN < RIGHT
     # Costs: each step priced at its worker's logged cost on this query.
-    priced = PlanOutcomeReward(table, NAMES, prompts.bounds, cost_weight=100.0)
+    priced = PlanOutcomeReward(table, prompts.worker_names, prompts.bounds, cost_weight=100.0)
     one, two = priced(completions=[group[0], group[2]], query_key=[key, key])
     pro, flash = table.get(key, "gemini-pro").cost_usd, table.get(key, "gemini-flash").cost_usd
     assert one == pytest.approx(RIGHT - 100.0 * pro)

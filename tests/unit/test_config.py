@@ -87,3 +87,32 @@ def test_provider_specific_requirements(write_config):
     data["workers"][-1] = {"name": "s", "provider": "sim", "model": "m"}
     with pytest.raises(ConfigError, match="sim"):
         load_config(write_config(data=data))
+
+
+def test_the_conductor_worker_name_is_reserved_and_only_recursion_may_use_it(write_config):
+    data = default_config_data()
+    data["workers"][1]["name"] = "conductor"
+    with pytest.raises(ConfigError, match="'conductor' is reserved"):
+        load_config(write_config(data=data))
+    data = default_config_data()
+    data["conductor"]["plan"] = {"workers": ["gemini-pro", "conductor"], "subtasks": ["a", "b"], "access": [[], "all"]}
+    assert load_config(write_config(data=data)).conductor.max_depth == 1, "recursion is on by default"
+    data["conductor"]["max_depth"] = 0
+    with pytest.raises(ConfigError, match=r"conductor.plan: unknown worker\(s\) \['conductor'\]"):
+        load_config(write_config(data=data))
+    data = default_config_data()
+    data["conductor"]["fallback_plan"] = {"workers": ["conductor"], "subtasks": ["a"], "access": [[]]}
+    with pytest.raises(ConfigError, match="fallback_plan: unknown worker"):
+        load_config(write_config(data=data))
+
+
+def test_relative_model_paths_are_relative_to_the_file(write_config):
+    data = default_config_data()
+    data["conductor"]["transformers"] = {"model_path": "models/conductor", "cache_dir": "/abs/cache"}
+    data["conductor"]["vllm"] = {"model": "Qwen/Qwen2.5-7B-Instruct", "adapters": {"v1": "adapters/v1"}}
+    path = write_config(data=data)
+    conductor = load_config(path).conductor
+    assert conductor.transformers.model_path == path.parent.resolve() / "models/conductor"
+    assert str(conductor.transformers.cache_dir) == "/abs/cache"
+    assert conductor.vllm.adapters["v1"] == path.parent.resolve() / "adapters/v1"
+    assert conductor.vllm.model == "Qwen/Qwen2.5-7B-Instruct", "a hub id is not a path"

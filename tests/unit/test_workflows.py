@@ -159,3 +159,74 @@ def test_a_plan_delivered_again_after_its_workflow_finished_does_not_run_again(w
     wf.forget("r1")
     again = workflow_pb2.WorkflowPlanned(request=run.request, plan=run.plan_proto)
     assert wf.on_planned(again) is None and "r1" not in wf.runs
+
+
+def test_a_conductor_step_becomes_an_inner_request_whose_result_returns_as_the_step(write_config):
+    from baton_synthesizer.workflows import Replan, Return
+
+    plan = Plan(workers=["gemini-pro", "gemini-flash", "conductor"], subtasks=["solve", "unrelated", "check"],
+                access=[[], [], [0]])
+    wf, run, clock = setup(write_config, plan, budget=common_pb2.Budget(max_calls=6))
+    wf.advance(run)
+    wf.on_completed("r1", completed(0, "first answer"))
+    wf.on_completed("r1", completed(1, "not readable"))
+    actions = wf.advance(run)
+    (replan,) = [a for a in actions if isinstance(a, Replan)]
+    inner = replan.request
+    assert inner.request_id == "r1:2:1" and inner.messages[0].content == "Q?"
+    # The inner call sees exactly the steps the conductor step may read, and their last answer.
+    assert inner.parent.request_id == "r1" and inner.parent.step == 2 and inner.parent.depth == 1
+    assert [(s.worker, s.instruction, s.output) for s in inner.parent.steps] == [("gemini-pro", "solve", "first answer")]
+    assert inner.parent.last_answer == "first answer"
+    assert inner.budget.max_calls == 3, "six calls less the two steps and the conductor step itself"
+
+    # The corrective workflow runs like any other; its steps see the workflow it corrects.
+    child_plan = Plan(workers=["llama-70b"], subtasks=["fix it"], access=[[]])
+    child = wf.on_planned(workflow_pb2.WorkflowPlanned(request=inner, plan=to_proto(child_plan, backend="static")))
+    (task,) = wf.advance(child)
+    assert task.task.request_id == "r1:2:1" and "first answer" in task.task.messages[0].content
+    assert "not readable" not in task.task.messages[0].content
+    wf.on_completed("r1:2:1", workflow_pb2.StepCompleted(step=0, attempt=1, output="fixed answer", usage=common_pb2.Usage(
+        cost_usd=0.25, calls=1)))
+    (ret,) = wf.advance(child)
+    assert isinstance(ret, Return) and ret.event.request_id == "r1"
+    done = ret.event.step_completed
+    assert (done.task_id, done.step, done.attempt, done.worker) == ("r1:2:1", 2, 1, "conductor")
+    assert done.output == "fixed answer" and done.usage.calls == 1 and done.inner_plan.steps[0].worker == "llama-70b"
+    wf.forget("r1:2:1")
+
+    wf.on_completed("r1", done)
+    (finish,) = wf.advance(run)
+    assert finish.response.answer == "fixed answer"
+    record = finish.response.episode.steps[2]
+    assert record.worker == "conductor" and record.inner_plan.steps[0].instruction == "fix it"
+    assert finish.response.episode.total.calls == 3
+
+
+def test_a_failed_corrective_workflow_fails_the_conductor_step_with_its_reason(write_config):
+    from baton_synthesizer.workflows import Replan, Return
+
+    wf, run, _ = setup(write_config, Plan(workers=["gemini-pro", "conductor"], subtasks=["a", "b"], access=[[], "all"]))
+    wf.advance(run)
+    wf.on_completed("r1", completed(0, "x"))
+    (replan,) = [a for a in wf.advance(run) if isinstance(a, Replan)]
+    child = wf.on_planned(workflow_pb2.WorkflowPlanned(request=replan.request, plan=to_proto(
+        Plan(workers=["llama-70b"], subtasks=["fix"], access=[[]]), backend="static")))
+    wf.advance(child)
+    wf.on_failed("r1:1:1", workflow_pb2.StepFailed(step=0, attempt=1, error=common_pb2.Error(code="x", message="401 bad key")))
+    (ret,) = wf.advance(child)
+    assert isinstance(ret, Return) and "the corrective workflow failed" in ret.event.step_failed.error.message
+    wf.on_failed("r1", ret.event.step_failed)
+    (finish,) = wf.advance(run)
+    assert finish.response.error.code == "step_failed" and "step 2 (conductor) failed" in finish.response.error.message
+
+
+def test_a_conductor_step_has_time_for_a_whole_inner_workflow(write_config):
+    wf, run, clock = setup(write_config, Plan(workers=["conductor"], subtasks=["a"], access=[[]]), step_timeout=1.0)
+    wf.advance(run)
+    clock.now += 2_000
+    assert wf.expired() == [], "one step's timeout is too short for planning and running a workflow"
+    clock.now += 10_000
+    ((_, (finish,)),) = wf.expired()
+    assert finish.response.error.code == "step_timeout"
+    assert f"within {wf._config.conductor.max_steps + 1} s" in finish.response.error.message

@@ -14,6 +14,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+# The reserved worker name of the conductor itself. A step given to it goes to no provider: the
+# conductor is asked again, with the workflow so far, and keeps or corrects the answer.
+CONDUCTOR = "conductor"
+
 Provider = Literal["openai", "anthropic", "gemini", "openai_compatible", "sim"]
 PROVIDERS: tuple[str, ...] = ("openai", "anthropic", "gemini", "openai_compatible", "sim")
 
@@ -201,6 +205,16 @@ class ConductorConfig(_Strict):
     plan: StaticPlan | None = None
     max_steps: int = Field(default=5, ge=1, le=32)
     fallback_plan: StaticPlan | None = Field(default=None, description="Safe plan used when a plan is invalid.")
+    max_depth: int = Field(
+        default=1, ge=0, le=4,
+        description="How deep the conductor may call itself: a plan may name the worker 'conductor', whose step "
+        "asks the conductor again with the workflow so far, to keep or correct the answer. 0 turns this off.",
+    )
+    inner_plan: StaticPlan | None = Field(
+        default=None,
+        description="The 'static' backend's plan when it is called as a step (the conductor worker); unset: "
+        "keep the answer so far.",
+    )
     max_subtask_chars: int = Field(default=160, ge=8, le=4000,
                                    description="Longest instruction a model-written step may have.")
     max_query_chars: int = Field(default=2000, ge=16,
@@ -273,13 +287,20 @@ class ExecutorConfig(_HttpService):
 
 class RewardLoggerConfig(_HttpService):
     port: int = Field(default=9104, ge=0, le=65535)
-    dataset_dir: Path = Field(default=Path(".baton/data"),
-                              description="Root of the datasets: episodes/ and feedback/ below it.")
+    # A string, not a Path: a Path would turn s3://bucket into s3:/bucket.
+    dataset_dir: str = Field(default=".baton/data",
+                             description="Root of the datasets (episodes/ and feedback/ below it): a local "
+                             "directory or an fsspec URL such as s3://bucket/prefix.")
     reward_scheme: Literal["quality_minus_cost", "conductor"] = Field(
         default="quality_minus_cost", description="How a graded answer becomes a reward (see the README).")
     cost_weight: float = Field(default=0.0, ge=0, description="USD-to-reward exchange rate in quality_minus_cost.")
     flush_every: int = Field(default=100, ge=1, description="Episodes per Parquet file at most.")
     flush_interval_s: float = Field(default=2.0, gt=0)
+
+    @field_validator("dataset_dir", mode="before")
+    @classmethod
+    def _path_to_str(cls, value):
+        return os.fspath(value) if isinstance(value, os.PathLike) else value  # callers may still pass a Path
 
 
 class BatonConfig(BaseSettings):
@@ -314,15 +335,21 @@ class BatonConfig(BaseSettings):
     @model_validator(mode="after")
     def _references(self) -> "BatonConfig":
         names = {w.name for w in self.workers}
+        if CONDUCTOR in names:
+            raise ValueError(f"worker name {CONDUCTOR!r} is reserved for the conductor itself")
         for w in self.workers:
             if w.fallback is not None and w.fallback not in names:
                 raise ValueError(f"worker {w.name!r}: fallback {w.fallback!r} is not a configured worker")
-        for label, plan in (("conductor.plan", self.conductor.plan), ("conductor.fallback_plan", self.conductor.fallback_plan)):
+        # Static plans may hand a step to the conductor when recursion is on; the safe plan never does.
+        recursive = names | {CONDUCTOR} if self.conductor.max_depth else names
+        for label, plan, allowed in (("conductor.plan", self.conductor.plan, recursive),
+                                     ("conductor.inner_plan", self.conductor.inner_plan, recursive),
+                                     ("conductor.fallback_plan", self.conductor.fallback_plan, names)):
             if plan is None:
                 continue
-            unknown = [n for n in plan.workers if n not in names]
+            unknown = [n for n in plan.workers if n not in allowed]
             if unknown:
-                raise ValueError(f"{label}: unknown worker(s) {unknown}; known: {sorted(names)}")
+                raise ValueError(f"{label}: unknown worker(s) {unknown}; known: {sorted(allowed)}")
         if self.conductor.backend == "static" and self.conductor.plan is None:
             raise ValueError("conductor.plan is required when conductor.backend is 'static'")
         return self
@@ -379,8 +406,19 @@ def load_config(path: str | os.PathLike | None = None) -> BatonConfig:
 
 
 def _resolve_paths(config: BatonConfig, base: Path) -> BatonConfig:
-    """Relative paths in the file are relative to the file, so a config works from any directory."""
+    """Relative paths to inputs (sim datasets, conductor models and adapters) are relative to the file,
+    so a config works from any directory. The dataset directory is an output: relative to where the
+    reward logger runs."""
+
+    def resolved(path: Path | None) -> Path | None:
+        return path if path is None or path.is_absolute() else (base / path).resolve()
+
     for w in config.workers:
-        if w.sim is not None and not w.sim.dataset.is_absolute():
-            w.sim.dataset = (base / w.sim.dataset).resolve()
+        if w.sim is not None:
+            w.sim.dataset = resolved(w.sim.dataset)
+    transformers = config.conductor.transformers
+    transformers.model_path, transformers.cache_dir = resolved(transformers.model_path), resolved(transformers.cache_dir)
+    if config.conductor.vllm is not None:
+        vllm = config.conductor.vllm
+        vllm.adapters = {name: resolved(path) for name, path in vllm.adapters.items()}
     return config

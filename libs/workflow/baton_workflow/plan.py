@@ -25,8 +25,9 @@ class Plan(BaseModel):
         return len(self.workers)
 
 
-def plan_problems(plan: Plan, known_workers: Sequence[str], max_steps: int) -> list[str]:
-    """Everything wrong with `plan`; an empty list means it may run."""
+def plan_problems(plan: Plan, known_workers: Sequence[str], max_steps: int, *, allow_empty: bool = False) -> list[str]:
+    """Everything wrong with `plan`; an empty list means it may run. `allow_empty` admits a plan with
+    no steps (an inner conductor call keeping the answer it was shown)."""
     problems: list[str] = []
     n = len(plan.workers)
     if not (n == len(plan.subtasks) == len(plan.access)):
@@ -34,7 +35,7 @@ def plan_problems(plan: Plan, known_workers: Sequence[str], max_steps: int) -> l
             f"workers, subtasks and access differ in length ({n}, {len(plan.subtasks)}, {len(plan.access)})"
         )
         return problems
-    if n == 0:
+    if n == 0 and not allow_empty:
         problems.append("the plan has no steps")
     if n > max_steps:
         problems.append(f"the plan has {n} steps; at most {max_steps} are allowed")

@@ -127,19 +127,25 @@ def budget_from(metadata: dict[str, str]) -> common_pb2.Budget:
     return budget
 
 
-def workflow_summary(episode: responses_pb2.Episode) -> dict[str, Any]:
-    """The workflow facts a client may want: plan, per-step worker, tokens, cost, latency."""
+def plan_summary(plan) -> dict[str, Any]:
     return {
-        "plan": {
-            "backend": episode.plan.backend,
-            "policy_version": episode.plan.policy_version,
-            "fallback": episode.plan.fallback,
-            "steps": [{"worker": s.worker, "instruction": s.instruction,
-                       "access": "all" if s.access.all else list(s.access.steps)} for s in episode.plan.steps],
-        },
+        "backend": plan.backend,
+        "policy_version": plan.policy_version,
+        "fallback": plan.fallback,
+        "steps": [{"worker": s.worker, "instruction": s.instruction,
+                   "access": "all" if s.access.all else list(s.access.steps)} for s in plan.steps],
+    }
+
+
+def workflow_summary(episode: responses_pb2.Episode) -> dict[str, Any]:
+    """The workflow facts a client may want: plan, per-step worker, tokens, cost, latency, and for a
+    conductor step the plan its inner call wrote (no steps: it kept the answer)."""
+    return {
+        "plan": plan_summary(episode.plan),
         "steps": [{"step": s.step, "worker": s.worker, "model": s.model, "attempt": s.attempt,
                    "input_tokens": s.usage.input_tokens, "output_tokens": s.usage.output_tokens,
                    "cost_usd": s.usage.cost_usd, "latency_ms": round(s.latency_ms, 1),
+                   **({"inner_plan": plan_summary(s.inner_plan)} if s.HasField("inner_plan") else {}),
                    **({"error": s.error.message} if s.error.code else {})} for s in episode.steps],
         "cost_usd": episode.total.cost_usd,
         "calls": episode.total.calls,

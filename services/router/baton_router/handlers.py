@@ -13,6 +13,7 @@ from opentelemetry import trace
 from prometheus_client import Counter, Histogram
 
 from baton_platform import topics
+from baton_platform.config import CONDUCTOR
 from baton_platform.kafka import consumer_options
 from baton_platform.messages import PoisonMessage, decode, encode
 from baton_platform.offsets import CommitPacer, OffsetTracker
@@ -32,6 +33,16 @@ class _CommitOnRevoke(ConsumerRebalanceListener):
 
     async def on_partitions_assigned(self, assigned) -> None:
         return None
+
+
+def kept_answer(request: requests_pb2.ChatRequest, plan: workflow_pb2.Plan, seconds: float) -> workflow_pb2.WorkflowEvent:
+    """An inner call that keeps the answer so far: its step of the parent workflow is done, with that
+    answer as its output. Keyed by the parent, so it reaches the synthesizer running that workflow."""
+    parent = request.parent
+    return workflow_pb2.WorkflowEvent(request_id=parent.request_id, step_completed=workflow_pb2.StepCompleted(
+        task_id=parent.task_id, step=parent.step, attempt=parent.attempt, worker=CONDUCTOR,
+        output=parent.last_answer, latency_ms=seconds * 1000, model=plan.policy_version or plan.backend,
+        inner_plan=plan))
 
 
 def register(service: Service, planner: Planner, backend=None):
@@ -83,7 +94,8 @@ def register(service: Service, planner: Planner, backend=None):
         except PoisonMessage as e:
             await service.dead_letters.send(msg, str(e))
             return
-        explore = explores(request.request_id, service.config.router.explore_share)
+        inner = request.HasField("parent")
+        explore = not inner and explores(request.request_id, service.config.router.explore_share)
         group = candidates(request, service.config.router.explore_group_size) if explore else [request]
         for candidate in group:
             started = time.perf_counter()
@@ -97,12 +109,15 @@ def register(service: Service, planner: Planner, backend=None):
                     span.set_attribute("baton.group_id", candidate.group_id)
             latency.observe(time.perf_counter() - started)
             plans.labels(planner.backend_name, "valid" if result.valid else "fallback").inc()
-            event = workflow_pb2.WorkflowEvent(
-                request_id=candidate.request_id,
-                planned=workflow_pb2.WorkflowPlanned(request=candidate, plan=result.plan,
-                                                     planned_unix_ms=int(time.time() * 1000)),
-            )
-            await service.broker.publish(encode(event), topics.WORKFLOW, key=candidate.request_id.encode())
+            if inner and not result.plan.steps:
+                event = kept_answer(candidate, result.plan, time.perf_counter() - started)
+            else:
+                event = workflow_pb2.WorkflowEvent(
+                    request_id=candidate.request_id,
+                    planned=workflow_pb2.WorkflowPlanned(request=candidate, plan=result.plan,
+                                                         planned_unix_ms=int(time.time() * 1000)),
+                )
+            await service.broker.publish(encode(event), topics.WORKFLOW, key=event.request_id.encode())
 
     async def commit_while_idle() -> None:
         async def loop() -> None:

@@ -6,10 +6,11 @@ import logging
 from dataclasses import dataclass
 
 from baton.v1 import requests_pb2, workflow_pb2
-from baton_platform.config import BatonConfig
+from baton_platform.config import CONDUCTOR, BatonConfig
 from baton_workflow import Plan, plan_problems, to_proto
 
 from baton_router.conductor import ConductorBackend, ConductorOutputError
+from baton_router.conductor.static import KEEP
 
 log = logging.getLogger(__name__)
 
@@ -21,10 +22,17 @@ class PlanResult:
 
 
 class Planner:
+    """Plans user requests and inner calls (a step handed to the conductor, `ChatRequest.parent`).
+
+    A plan may name the conductor while the request is shallower than `conductor.max_depth`. An inner
+    call may answer with no steps (keep the answer so far); when its plan is invalid, the answer is
+    kept too, rather than running the safe plan over a workflow that already has an answer."""
+
     def __init__(self, config: BatonConfig, backend: ConductorBackend) -> None:
         self._backend = backend
         self._workers = [w.name for w in config.workers]
         self._max_steps = config.conductor.max_steps
+        self._max_depth = config.conductor.max_depth
         safe = config.safe_plan()
         self._safe = Plan(workers=safe.workers, subtasks=safe.subtasks, access=safe.access)
 
@@ -37,21 +45,29 @@ class Planner:
             proposal = await self._backend.propose(request)
         except ConductorOutputError as e:
             # The model wrote something that is not a plan: keep what it sampled (reward 0 later).
-            return self._fallback(f"unparseable plan: {e}", e.policy_version, e.token_logprobs, e.propensity)
+            return self._fallback(f"unparseable plan: {e}", e.policy_version, e.token_logprobs, e.propensity,
+                                  inner=request.HasField("parent"))
         except Exception as e:  # noqa: BLE001 - a broken conductor must not stop the request
             log.exception("conductor %s failed for %s", self._backend.name, request.request_id)
-            return self._fallback(f"conductor error: {type(e).__name__}: {e}", policy_version="")
-        problems = plan_problems(proposal.plan, self._workers, self._max_steps)
+            return self._fallback(f"conductor error: {type(e).__name__}: {e}", policy_version="",
+                                  inner=request.HasField("parent"))
+        inner = request.HasField("parent")
+        depth = request.parent.depth if inner else 0
+        problems = plan_problems(proposal.plan, [*self._workers, CONDUCTOR], self._max_steps, allow_empty=inner)
+        if CONDUCTOR in proposal.plan.workers and depth >= self._max_depth:
+            problems.append(f"the conductor may call itself at most {self._max_depth} level(s) deep")
         if problems:
             return self._fallback("; ".join(problems), proposal.policy_version, proposal.token_logprobs,
-                                  proposal.propensity)
+                                  proposal.propensity, inner=inner)
         plan = to_proto(proposal.plan, backend=self._backend.name, policy_version=proposal.policy_version,
                         token_logprobs=proposal.token_logprobs, propensity=proposal.propensity,
                         action=proposal.action)
         return PlanResult(plan=plan, valid=True)
 
-    def _fallback(self, reason: str, policy_version: str, token_logprobs=(), propensity: float = 0.0) -> PlanResult:
+    def _fallback(self, reason: str, policy_version: str, token_logprobs=(), propensity: float = 0.0, *,
+                  inner: bool = False) -> PlanResult:
         # The episode keeps the invalid plan's log-probs and reason: it earns reward 0 in training.
-        plan = to_proto(self._safe, backend=self._backend.name, policy_version=policy_version, fallback=True,
+        plan = to_proto(KEEP if inner else self._safe, backend=self._backend.name, policy_version=policy_version,
+                        fallback=True,
                         invalid_reason=reason, token_logprobs=token_logprobs, propensity=propensity)
         return PlanResult(plan=plan, valid=False)

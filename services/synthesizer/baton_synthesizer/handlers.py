@@ -1,4 +1,5 @@
-"""Kafka wiring of the synthesizer: baton.workflow in; tasks and responses out.
+"""Kafka wiring of the synthesizer: baton.workflow in; tasks, responses (and inner requests and
+their results, for conductor steps) out.
 
 Crash safety: a partition's offset is committed only up to the oldest workflow still running on it.
 After a restart or rebalance the new owner re-reads from there, folding the history into state
@@ -25,7 +26,7 @@ from baton_platform.messages import PoisonMessage, decode, encode
 from baton_platform.offsets import CommitPacer, OffsetTracker
 from baton_platform.service import Service
 
-from baton_synthesizer.workflows import Action, Dispatch, Finish, Notify, Run, Workflows
+from baton_synthesizer.workflows import Action, Dispatch, Finish, Notify, Replan, Return, Run, Workflows
 
 log = logging.getLogger(__name__)
 
@@ -153,11 +154,21 @@ class SynthesizerWiring:
                     await self.service.broker.publish(encode(action.response), topics.RESPONSES,
                                                       key=action.response.request_id.encode(),
                                                       partition=action.reply_partition)
-                elif isinstance(action, Finish):
-                    await self.service.broker.publish(encode(action.response), topics.RESPONSES,
-                                                      key=action.response.request_id.encode(),
-                                                      partition=action.reply_partition)
-                    self._responses.labels(action.response.WhichOneof("outcome")).inc()
+                elif isinstance(action, Replan):
+                    await self.service.broker.publish(encode(action.request), topics.REQUESTS,
+                                                      key=action.request.request_id.encode())
+                    self._dispatched.labels("conductor").inc()
+                elif isinstance(action, (Finish, Return)):
+                    if isinstance(action, Finish):
+                        await self.service.broker.publish(encode(action.response), topics.RESPONSES,
+                                                          key=action.response.request_id.encode(),
+                                                          partition=action.reply_partition)
+                        self._responses.labels(action.response.WhichOneof("outcome")).inc()
+                    else:
+                        # Keyed by the parent: its partition, and so the replica running it, gets the result.
+                        await self.service.broker.publish(encode(action.event), topics.WORKFLOW,
+                                                          key=action.event.request_id.encode())
+                        self._responses.labels("returned").inc()
                     tp, offset = run.origin
                     self.tracker.finish(tp, offset)
                     self.workflows.forget(run.request.request_id)

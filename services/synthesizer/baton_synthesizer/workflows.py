@@ -4,6 +4,11 @@ A step is dispatched once every step its access list names is done; its context 
 steps. The answer is the last step's output once all steps are done. A step that fails (after its
 executor's retries, and after the worker's fallback if one is configured) or is not answered in time
 ends the request with a clear error, never a hang.
+
+Recursion: a step given to the worker `conductor` goes to no executor. It becomes an inner request
+(`Replan`, back to the router) carrying the steps it may read and their last answer. The router either
+keeps that answer (and completes the step itself) or plans a corrective workflow, which runs here like
+any other; when it ends, its answer or error returns to the parent as that step's result (`Return`).
 """
 
 from __future__ import annotations
@@ -15,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from baton.v1 import common_pb2, requests_pb2, responses_pb2, tasks_pb2, workflow_pb2
-from baton_platform.config import BatonConfig
-from baton_workflow import Plan, from_proto, query_text, ready_steps, step_messages
+from baton_platform.config import CONDUCTOR, BatonConfig
+from baton_workflow import Plan, from_proto, query_text, readable_steps, ready_steps, step_messages
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,20 @@ class Finish:
 
 
 @dataclass(frozen=True)
+class Replan:
+    """Ask the conductor to keep or correct the answer so far: a conductor step's inner request."""
+
+    request: requests_pb2.ChatRequest
+
+
+@dataclass(frozen=True)
+class Return:
+    """An inner workflow ended: its result, as the parent workflow's conductor step result."""
+
+    event: workflow_pb2.WorkflowEvent
+
+
+@dataclass(frozen=True)
 class Notify:
     """A non-final progress response, for clients that stream."""
 
@@ -39,7 +58,7 @@ class Notify:
     reply_partition: int
 
 
-Action = Dispatch | Finish | Notify
+Action = Dispatch | Replan | Finish | Return | Notify
 
 
 def _tightest(*limits: float) -> float:
@@ -80,6 +99,8 @@ class Workflows:
         self._config = config
         self._clock = clock
         self._step_timeout_ms = int(config.synthesizer.step_timeout_s * 1000)
+        # A conductor step plans and runs a whole inner workflow: planning plus up to max_steps steps.
+        self._conductor_timeout_ms = self._step_timeout_ms * (config.conductor.max_steps + 1)
         self.runs: dict[str, Run] = {}
         # Recently finished requests: a plan delivered again (the router re-read its input after a
         # crash) must not run a finished workflow a second time.
@@ -145,7 +166,7 @@ class Workflows:
 
     def _decide(self, run: Run) -> list[Action]:
         for step, error in sorted(run.errors.items()):
-            fallback = self._config.worker(run.workers[step]).fallback
+            fallback = None if run.workers[step] == CONDUCTOR else self._config.worker(run.workers[step]).fallback
             if fallback and fallback != run.workers[step] and run.attempts[step] < 2:
                 del run.errors[step]
                 return [self._dispatch(run, step, fallback, run.attempts[step] + 1)] + self._decide(run)
@@ -159,7 +180,7 @@ class Workflows:
         if over:
             return [self._finish(run, error=common_pb2.Error(code="budget_exceeded", message=over))]
         dispatches = [self._dispatch(run, i, run.plan.workers[i], 1) for i in ready]
-        return dispatches + self._progress(run, [(d.task.step, "started") for d in dispatches])
+        return dispatches + self._progress(run, [(i, "started") for i in ready])
 
     def _progress(self, run: Run, changes: list[tuple[int, str]]) -> list[Action]:
         if not run.request.stream:
@@ -190,18 +211,20 @@ class Workflows:
         for run in list(self.runs.values()):
             if run.finished:
                 continue
-            late = [i for i, t in run.dispatched_ms.items() if i not in run.done and now - t > self._step_timeout_ms]
+            late = [i for i, t in run.dispatched_ms.items() if i not in run.done and now - t > self._timeout_ms(run, i)]
             if late:
                 i = late[0]
                 error = common_pb2.Error(code="step_timeout", message=(
-                    f"step {i + 1} ({run.workers[i]}) was not answered within "
-                    f"{self._config.synthesizer.step_timeout_s:g} s"))
+                    f"step {i + 1} ({run.workers[i]}) was not answered within {self._timeout_ms(run, i) / 1000:g} s"))
             elif run.request.deadline_unix_ms and now > run.request.deadline_unix_ms:
                 error = common_pb2.Error(code="deadline_exceeded", message="the request's deadline passed")
             else:
                 continue
             out.append((run, [self._finish(run, error=error)]))
         return out
+
+    def _timeout_ms(self, run: Run, step: int) -> int:
+        return self._conductor_timeout_ms if run.workers.get(step) == CONDUCTOR else self._step_timeout_ms
 
     def forget(self, request_id: str) -> None:
         run = self.runs.pop(request_id, None)
@@ -212,10 +235,13 @@ class Workflows:
 
     # -- building messages ---------------------------------------------------------------------
 
-    def _dispatch(self, run: Run, step: int, worker_name: str, attempt: int) -> Dispatch:
+    def _dispatch(self, run: Run, step: int, worker_name: str, attempt: int) -> Dispatch | Replan:
+        if worker_name == CONDUCTOR:
+            return self._replan(run, step, attempt)
         worker = self._config.worker(worker_name)
         outputs = {i: c.output for i, c in run.done.items()}
-        messages = step_messages(run.plan, step, run.conversation, outputs)
+        prior = [(s.instruction, s.output) for s in run.request.parent.steps]
+        messages = step_messages(run.plan, step, run.conversation, outputs, prior)
         rid = run.request.request_id
         task = tasks_pb2.Task(
             task_id=f"{rid}:{step}:{attempt}",
@@ -236,7 +262,40 @@ class Workflows:
         run.dispatched_ms[step] = self._clock()
         return Dispatch(provider=worker.provider, task=task)
 
-    def _finish(self, run: Run, *, answer: str | None = None, error: common_pb2.Error | None = None) -> Finish:
+    def _replan(self, run: Run, step: int, attempt: int) -> Replan:
+        """The inner request of a conductor step: the user's request, the steps this one may read
+        (the workflow so far) and the latest of their outputs, with what is left of the budget."""
+        rid = run.request.request_id
+        task_id = f"{rid}:{step}:{attempt}"
+        readable = readable_steps(run.plan.access[step], step)
+        parent = requests_pb2.Parent(
+            request_id=rid, task_id=task_id, step=step, attempt=attempt,
+            depth=(run.request.parent.depth if run.request.HasField("parent") else 0) + 1,
+            steps=[requests_pb2.PriorStep(worker=run.workers[j], instruction=run.plan.subtasks[j],
+                                          output=run.done[j].output) for j in readable],
+            last_answer=run.done[readable[-1]].output if readable else "",
+        )
+        inner = requests_pb2.ChatRequest(
+            request_id=task_id, policy=run.request.policy, messages=run.request.messages,
+            max_tokens=run.request.max_tokens, metadata=run.request.metadata,
+            deadline_unix_ms=run.request.deadline_unix_ms, created_unix_ms=self._clock(), parent=parent)
+        if run.request.HasField("temperature"):
+            inner.temperature = run.request.temperature
+        run.started.add(step)
+        run.workers[step] = CONDUCTOR
+        run.attempts[step] = attempt
+        run.dispatched_ms[step] = self._clock()
+        max_calls = _tightest(self._config.synthesizer.max_calls, run.request.budget.max_calls)
+        max_cost = _tightest(self._config.synthesizer.max_cost_usd, run.request.budget.max_cost_usd)
+        # Calls so far include this step's own; the inner workflow gets what is left (at least one).
+        if max_calls:
+            inner.budget.max_calls = max(max_calls - sum(run.attempts.values()), 1)
+        if max_cost:
+            spent = sum(c.usage.cost_usd for c in run.done.values())
+            inner.budget.max_cost_usd = max(max_cost - spent, 1e-9)
+        return Replan(request=inner)
+
+    def _finish(self, run: Run, *, answer: str | None = None, error: common_pb2.Error | None = None) -> Finish | Return:
         run.finished = True
         episode = responses_pb2.Episode(request=run.request, plan=run.plan_proto,
                                         latency_ms=float(self._clock() - run.request.created_unix_ms))
@@ -254,6 +313,10 @@ class Workflows:
                 total.calls += c.usage.calls
             elif i in run.errors:
                 record.error.CopyFrom(run.errors[i])
+            if i in run.done and run.done[i].HasField("inner_plan"):
+                record.inner_plan.CopyFrom(run.done[i].inner_plan)
+        if run.request.HasField("parent"):
+            return self._return(run, episode, answer, error)
         response = responses_pb2.Response(request_id=run.request.request_id, episode=episode,
                                           completed_unix_ms=self._clock())
         if error is not None:
@@ -261,3 +324,21 @@ class Workflows:
         else:
             response.answer = answer or ""
         return Finish(response=response, reply_partition=run.request.reply_partition)
+
+    def _return(self, run: Run, episode: responses_pb2.Episode, answer: str | None,
+                error: common_pb2.Error | None) -> Return:
+        """An inner workflow's result as its parent's conductor step result: the answer (or the error)
+        with the inner workflow's total usage, and the plan it ran."""
+        parent = run.request.parent
+        event = workflow_pb2.WorkflowEvent(request_id=parent.request_id)
+        if error is None:
+            event.step_completed.CopyFrom(workflow_pb2.StepCompleted(
+                task_id=parent.task_id, step=parent.step, attempt=parent.attempt, worker=CONDUCTOR,
+                output=answer or "", usage=episode.total, latency_ms=episode.latency_ms,
+                model=run.plan_proto.policy_version or run.plan_proto.backend, inner_plan=run.plan_proto))
+        else:
+            event.step_failed.CopyFrom(workflow_pb2.StepFailed(
+                task_id=parent.task_id, step=parent.step, attempt=parent.attempt, worker=CONDUCTOR,
+                error=common_pb2.Error(code=error.code, message=f"the corrective workflow failed: {error.message}"),
+                latency_ms=episode.latency_ms))
+        return Return(event=event)

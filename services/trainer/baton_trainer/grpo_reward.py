@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from baton_platform.config import CONDUCTOR
 from baton_router.conductor.schema import ConductorOutputError, PlanBounds, parse_plan
 from baton_workflow import Plan, plan_problems
 
@@ -87,7 +88,10 @@ class PlanOutcomeReward:
         problems = plan_problems(plan, self.worker_names, self.bounds.max_steps)
         if problems:
             return Verdict(INVALID, "invalid", plan, "; ".join(problems))
-        outcome = self.outcomes.get(key, plan.workers[-1])
+        # A conductor step keeps or corrects the answer before it; offline, only keeping it can be
+        # scored, so the plan earns the outcome of its last step on a worker.
+        answering = [w for w in plan.workers if w != CONDUCTOR]
+        outcome = self.outcomes.get(key, answering[-1]) if answering else None
         if outcome is None:
             value, reason = self.unknown, "unknown"
         else:
@@ -99,6 +103,8 @@ class PlanOutcomeReward:
     def plan_cost(self, plan: Plan, key: str) -> float:
         total = 0.0
         for worker in plan.workers:
+            if worker == CONDUCTOR:
+                continue  # its inner calls are unknown offline
             outcome = self.outcomes.get(key, worker)
             cost = outcome.cost_usd if outcome is not None else None
             if cost is None:

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from baton.v1 import common_pb2 as baton_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x62\x61ton/v1/requests.proto\x12\x08\x62\x61ton.v1\x1a\x15\x62\x61ton/v1/common.proto\"\xb7\x03\n\x0b\x43hatRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06policy\x18\x02 \x01(\t\x12\'\n\x08messages\x18\x03 \x03(\x0b\x32\x15.baton.v1.ChatMessage\x12\x12\n\nmax_tokens\x18\x04 \x01(\x05\x12\x18\n\x0btemperature\x18\x05 \x01(\x01H\x00\x88\x01\x01\x12\x35\n\x08metadata\x18\x06 \x03(\x0b\x32#.baton.v1.ChatRequest.MetadataEntry\x12\x18\n\x10\x64\x65\x61\x64line_unix_ms\x18\x07 \x01(\x03\x12\x17\n\x0f\x63reated_unix_ms\x18\x08 \x01(\x03\x12\x17\n\x0freply_partition\x18\t \x01(\x05\x12 \n\x06\x62udget\x18\n \x01(\x0b\x32\x10.baton.v1.Budget\x12\x0e\n\x06stream\x18\x0b \x01(\x08\x12\x10\n\x08group_id\x18\x0c \x01(\t\x12\x11\n\tcandidate\x18\r \x01(\x05\x12\x12\n\ngroup_size\x18\x0e \x01(\x05\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x0e\n\x0c_temperatureb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x62\x61ton/v1/requests.proto\x12\x08\x62\x61ton.v1\x1a\x15\x62\x61ton/v1/common.proto\"\xd9\x03\n\x0b\x43hatRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06policy\x18\x02 \x01(\t\x12\'\n\x08messages\x18\x03 \x03(\x0b\x32\x15.baton.v1.ChatMessage\x12\x12\n\nmax_tokens\x18\x04 \x01(\x05\x12\x18\n\x0btemperature\x18\x05 \x01(\x01H\x00\x88\x01\x01\x12\x35\n\x08metadata\x18\x06 \x03(\x0b\x32#.baton.v1.ChatRequest.MetadataEntry\x12\x18\n\x10\x64\x65\x61\x64line_unix_ms\x18\x07 \x01(\x03\x12\x17\n\x0f\x63reated_unix_ms\x18\x08 \x01(\x03\x12\x17\n\x0freply_partition\x18\t \x01(\x05\x12 \n\x06\x62udget\x18\n \x01(\x0b\x32\x10.baton.v1.Budget\x12\x0e\n\x06stream\x18\x0b \x01(\x08\x12\x10\n\x08group_id\x18\x0c \x01(\t\x12\x11\n\tcandidate\x18\r \x01(\x05\x12\x12\n\ngroup_size\x18\x0e \x01(\x05\x12 \n\x06parent\x18\x0f \x01(\x0b\x32\x10.baton.v1.Parent\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x0e\n\x0c_temperature\"\x94\x01\n\x06Parent\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\x0c\n\x04step\x18\x03 \x01(\x05\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\r\n\x05\x64\x65pth\x18\x05 \x01(\x05\x12\"\n\x05steps\x18\x06 \x03(\x0b\x32\x13.baton.v1.PriorStep\x12\x13\n\x0blast_answer\x18\x07 \x01(\t\"@\n\tPriorStep\x12\x0e\n\x06worker\x18\x01 \x01(\t\x12\x13\n\x0binstruction\x18\x02 \x01(\t\x12\x0e\n\x06output\x18\x03 \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,7 +35,11 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CHATREQUEST_METADATAENTRY']._loaded_options = None
   _globals['_CHATREQUEST_METADATAENTRY']._serialized_options = b'8\001'
   _globals['_CHATREQUEST']._serialized_start=61
-  _globals['_CHATREQUEST']._serialized_end=500
-  _globals['_CHATREQUEST_METADATAENTRY']._serialized_start=437
-  _globals['_CHATREQUEST_METADATAENTRY']._serialized_end=484
+  _globals['_CHATREQUEST']._serialized_end=534
+  _globals['_CHATREQUEST_METADATAENTRY']._serialized_start=471
+  _globals['_CHATREQUEST_METADATAENTRY']._serialized_end=518
+  _globals['_PARENT']._serialized_start=537
+  _globals['_PARENT']._serialized_end=685
+  _globals['_PRIORSTEP']._serialized_start=687
+  _globals['_PRIORSTEP']._serialized_end=751
 # @@protoc_insertion_point(module_scope)

@@ -27,7 +27,7 @@ from baton.v1 import requests_pb2 as baton_dot_v1_dot_requests__pb2
 from baton.v1 import workflow_pb2 as baton_dot_v1_dot_workflow__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x62\x61ton/v1/responses.proto\x12\x08\x62\x61ton.v1\x1a\x15\x62\x61ton/v1/common.proto\x1a\x17\x62\x61ton/v1/requests.proto\x1a\x17\x62\x61ton/v1/workflow.proto\"\xc3\x01\n\nStepRecord\x12\x0c\n\x04step\x18\x01 \x01(\x05\x12\x0e\n\x06worker\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\x13\n\x0binstruction\x18\x05 \x01(\t\x12\x0e\n\x06output\x18\x06 \x01(\t\x12\x1e\n\x05usage\x18\x07 \x01(\x0b\x32\x0f.baton.v1.Usage\x12\x12\n\nlatency_ms\x18\x08 \x01(\x01\x12\x1e\n\x05\x65rror\x18\t \x01(\x0b\x32\x0f.baton.v1.Error\"\xa8\x01\n\x07\x45pisode\x12&\n\x07request\x18\x01 \x01(\x0b\x32\x15.baton.v1.ChatRequest\x12\x1c\n\x04plan\x18\x02 \x01(\x0b\x32\x0e.baton.v1.Plan\x12#\n\x05steps\x18\x03 \x03(\x0b\x32\x14.baton.v1.StepRecord\x12\x1e\n\x05total\x18\x04 \x01(\x0b\x32\x0f.baton.v1.Usage\x12\x12\n\nlatency_ms\x18\x05 \x01(\x01\"F\n\x08Progress\x12\x0c\n\x04step\x18\x01 \x01(\x05\x12\r\n\x05steps\x18\x02 \x01(\x05\x12\x0e\n\x06worker\x18\x03 \x01(\t\x12\r\n\x05state\x18\x04 \x01(\t\"\xc4\x01\n\x08Response\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x10\n\x06\x61nswer\x18\x02 \x01(\tH\x00\x12 \n\x05\x65rror\x18\x03 \x01(\x0b\x32\x0f.baton.v1.ErrorH\x00\x12&\n\x08progress\x18\x06 \x01(\x0b\x32\x12.baton.v1.ProgressH\x00\x12\"\n\x07\x65pisode\x18\x04 \x01(\x0b\x32\x11.baton.v1.Episode\x12\x19\n\x11\x63ompleted_unix_ms\x18\x05 \x01(\x03\x42\t\n\x07outcomeb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x62\x61ton/v1/responses.proto\x12\x08\x62\x61ton.v1\x1a\x15\x62\x61ton/v1/common.proto\x1a\x17\x62\x61ton/v1/requests.proto\x1a\x17\x62\x61ton/v1/workflow.proto\"\xe7\x01\n\nStepRecord\x12\x0c\n\x04step\x18\x01 \x01(\x05\x12\x0e\n\x06worker\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\x13\n\x0binstruction\x18\x05 \x01(\t\x12\x0e\n\x06output\x18\x06 \x01(\t\x12\x1e\n\x05usage\x18\x07 \x01(\x0b\x32\x0f.baton.v1.Usage\x12\x12\n\nlatency_ms\x18\x08 \x01(\x01\x12\x1e\n\x05\x65rror\x18\t \x01(\x0b\x32\x0f.baton.v1.Error\x12\"\n\ninner_plan\x18\n \x01(\x0b\x32\x0e.baton.v1.Plan\"\xa8\x01\n\x07\x45pisode\x12&\n\x07request\x18\x01 \x01(\x0b\x32\x15.baton.v1.ChatRequest\x12\x1c\n\x04plan\x18\x02 \x01(\x0b\x32\x0e.baton.v1.Plan\x12#\n\x05steps\x18\x03 \x03(\x0b\x32\x14.baton.v1.StepRecord\x12\x1e\n\x05total\x18\x04 \x01(\x0b\x32\x0f.baton.v1.Usage\x12\x12\n\nlatency_ms\x18\x05 \x01(\x01\"F\n\x08Progress\x12\x0c\n\x04step\x18\x01 \x01(\x05\x12\r\n\x05steps\x18\x02 \x01(\x05\x12\x0e\n\x06worker\x18\x03 \x01(\t\x12\r\n\x05state\x18\x04 \x01(\t\"\xc4\x01\n\x08Response\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x10\n\x06\x61nswer\x18\x02 \x01(\tH\x00\x12 \n\x05\x65rror\x18\x03 \x01(\x0b\x32\x0f.baton.v1.ErrorH\x00\x12&\n\x08progress\x18\x06 \x01(\x0b\x32\x12.baton.v1.ProgressH\x00\x12\"\n\x07\x65pisode\x18\x04 \x01(\x0b\x32\x11.baton.v1.Episode\x12\x19\n\x11\x63ompleted_unix_ms\x18\x05 \x01(\x03\x42\t\n\x07outcomeb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,11 +35,11 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'baton.v1.responses_pb2', _g
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_STEPRECORD']._serialized_start=112
-  _globals['_STEPRECORD']._serialized_end=307
-  _globals['_EPISODE']._serialized_start=310
-  _globals['_EPISODE']._serialized_end=478
-  _globals['_PROGRESS']._serialized_start=480
-  _globals['_PROGRESS']._serialized_end=550
-  _globals['_RESPONSE']._serialized_start=553
-  _globals['_RESPONSE']._serialized_end=749
+  _globals['_STEPRECORD']._serialized_end=343
+  _globals['_EPISODE']._serialized_start=346
+  _globals['_EPISODE']._serialized_end=514
+  _globals['_PROGRESS']._serialized_start=516
+  _globals['_PROGRESS']._serialized_end=586
+  _globals['_RESPONSE']._serialized_start=589
+  _globals['_RESPONSE']._serialized_end=785
 # @@protoc_insertion_point(module_scope)

@@ -10,7 +10,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class StepRecord(_message.Message):
-    __slots__ = ("step", "worker", "model", "attempt", "instruction", "output", "usage", "latency_ms", "error")
+    __slots__ = ("step", "worker", "model", "attempt", "instruction", "output", "usage", "latency_ms", "error", "inner_plan")
     STEP_FIELD_NUMBER: _ClassVar[int]
     WORKER_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -20,6 +20,7 @@ class StepRecord(_message.Message):
     USAGE_FIELD_NUMBER: _ClassVar[int]
     LATENCY_MS_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    INNER_PLAN_FIELD_NUMBER: _ClassVar[int]
     step: int
     worker: str
     model: str
@@ -29,7 +30,8 @@ class StepRecord(_message.Message):
     usage: _common_pb2.Usage
     latency_ms: float
     error: _common_pb2.Error
-    def __init__(self, step: _Optional[int] = ..., worker: _Optional[str] = ..., model: _Optional[str] = ..., attempt: _Optional[int] = ..., instruction: _Optional[str] = ..., output: _Optional[str] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., latency_ms: _Optional[float] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ...) -> None: ...
+    inner_plan: _workflow_pb2.Plan
+    def __init__(self, step: _Optional[int] = ..., worker: _Optional[str] = ..., model: _Optional[str] = ..., attempt: _Optional[int] = ..., instruction: _Optional[str] = ..., output: _Optional[str] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., latency_ms: _Optional[float] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ..., inner_plan: _Optional[_Union[_workflow_pb2.Plan, _Mapping]] = ...) -> None: ...
 
 class Episode(_message.Message):
     __slots__ = ("request", "plan", "steps", "total", "latency_ms")

@@ -57,7 +57,7 @@ class WorkflowPlanned(_message.Message):
     def __init__(self, request: _Optional[_Union[_requests_pb2.ChatRequest, _Mapping]] = ..., plan: _Optional[_Union[Plan, _Mapping]] = ..., planned_unix_ms: _Optional[int] = ...) -> None: ...
 
 class StepCompleted(_message.Message):
-    __slots__ = ("task_id", "step", "attempt", "worker", "output", "usage", "latency_ms", "model")
+    __slots__ = ("task_id", "step", "attempt", "worker", "output", "usage", "latency_ms", "model", "inner_plan")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -66,6 +66,7 @@ class StepCompleted(_message.Message):
     USAGE_FIELD_NUMBER: _ClassVar[int]
     LATENCY_MS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    INNER_PLAN_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     step: int
     attempt: int
@@ -74,7 +75,8 @@ class StepCompleted(_message.Message):
     usage: _common_pb2.Usage
     latency_ms: float
     model: str
-    def __init__(self, task_id: _Optional[str] = ..., step: _Optional[int] = ..., attempt: _Optional[int] = ..., worker: _Optional[str] = ..., output: _Optional[str] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., latency_ms: _Optional[float] = ..., model: _Optional[str] = ...) -> None: ...
+    inner_plan: Plan
+    def __init__(self, task_id: _Optional[str] = ..., step: _Optional[int] = ..., attempt: _Optional[int] = ..., worker: _Optional[str] = ..., output: _Optional[str] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., latency_ms: _Optional[float] = ..., model: _Optional[str] = ..., inner_plan: _Optional[_Union[Plan, _Mapping]] = ...) -> None: ...
 
 class StepFailed(_message.Message):
     __slots__ = ("task_id", "step", "attempt", "worker", "error", "retryable", "latency_ms")

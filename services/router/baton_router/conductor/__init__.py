@@ -11,7 +11,7 @@ def build_backend(config: BatonConfig) -> ConductorBackend:
     their model only in `start()` or on the first `propose`, so building one is cheap."""
     backend = config.conductor.backend
     if backend == "static":
-        return StaticConductor(config.conductor.plan)
+        return StaticConductor(config.conductor.plan, config.conductor.inner_plan)
     if backend == "transformers":
         from baton_router.conductor.transformers_backend import TransformersConductor
 

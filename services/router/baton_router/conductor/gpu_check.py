@@ -133,7 +133,8 @@ async def run_once(conductor, workers: list[str], max_steps: int, n: int, policy
     results = await asyncio.gather(*(conductor.propose(ask(i)) for i in range(n)), return_exceptions=True)
     seconds = time.perf_counter() - started
     parsed = [r for r in results if not isinstance(r, BaseException)]
-    valid = [p for p in parsed if not plan_problems(p.plan, workers, max_steps)]
+    # Valid as the router judges a user request: the pool, plus the conductor itself when recursion is on.
+    valid = [p for p in parsed if not plan_problems(p.plan, conductor.prompter.worker_names, max_steps)]
     return {
         "policy": policy, "plans": n, "seconds": round(seconds, 2), "plans_per_s": round(n / seconds, 1),
         "parse_rate": round(len(parsed) / n, 3), "valid_share": round(len(valid) / n, 3),

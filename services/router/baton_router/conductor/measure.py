@@ -53,7 +53,6 @@ def ask(i: int, text: str) -> requests_pb2.ChatRequest:
 
 async def measure(config: BatonConfig, questions: list[str], single: int, samples: int) -> dict:
     backend = build_backend(config)
-    workers = [w.name for w in config.workers]
     max_steps = config.conductor.max_steps
     started = time.perf_counter()
     await backend.start()
@@ -74,7 +73,8 @@ async def measure(config: BatonConfig, questions: list[str], single: int, sample
     await backend.aclose()
 
     parsed = [p for p in batched if not isinstance(p, Exception)]
-    valid = [p for p in parsed if not plan_problems(p.plan, workers, max_steps)]
+    # Valid as the router judges a user request: the pool, plus the conductor itself when recursion is on.
+    valid = [p for p in parsed if not plan_problems(p.plan, backend.prompter.worker_names, max_steps)]
     steps = collections.Counter(p.plan.steps for p in parsed)
     first_workers = collections.Counter(tuple(p.plan.workers) for p in parsed)
     distinct_subtasks = len({s for p in parsed for s in p.plan.subtasks})

@@ -36,7 +36,7 @@ class OpenAIConductor:
             raise ValueError("conductor.openai settings are missing")
         self.settings = settings
         self.prompter = PlanPrompter(config)
-        self._schema = plan_json_schema(self.prompter.bounds)
+        self._schemas = {b: plan_json_schema(b) for b in (self.prompter.bounds, self.prompter.inner_bounds)}
         headers = {}
         if settings.api_key_env:
             key = os.environ.get(settings.api_key_env)
@@ -63,7 +63,8 @@ class OpenAIConductor:
             "messages": self.prompter.messages(request),
             "response_format": {
                 "type": "json_schema",
-                "json_schema": {"name": "conductor_plan", "schema": self._schema, "strict": True},
+                "json_schema": {"name": "conductor_plan", "schema": self._schemas[self.prompter.bounds_for(request)],
+                                "strict": True},
             },
             "logprobs": True,
             "temperature": self.settings.temperature,
@@ -90,7 +91,7 @@ class OpenAIConductor:
         content = ((choice.get("logprobs") or {}).get("content")) or []
         logprobs = [float(t["logprob"]) for t in content if t.get("logprob") is not None]
         propensity = propensity_from(None, self.settings.temperature)
-        return self.prompter.proposal(text or "", logprobs, propensity, body["model"])
+        return self.prompter.proposal(text or "", logprobs, propensity, body["model"], self.prompter.bounds_for(request))
 
     async def aclose(self) -> None:
         await self._client.aclose()

@@ -65,6 +65,10 @@ class PolicyConductor:
         log.info("serving policy %s from %s", version, uri)
 
     async def propose(self, request: requests_pb2.ChatRequest) -> Proposal:
+        if request.HasField("parent"):
+            # The learned policy chooses whole workflows and never names the conductor; a static
+            # plan that does gets the answer kept.
+            return Proposal(plan=Plan(workers=[], subtasks=[], access=[]), policy_version="keep", propensity=1.0)
         current = self._current
         if current is None:
             worker = self._rng.choice(self._workers)

@@ -2,7 +2,9 @@
 
 Workers appear only as "Model <i>: <card>", never by name or brand, so the conductor judges them by
 what their cards say and a worker is added to the pool by writing its card. The model answers with
-indices, which `schema.parse_plan` maps back to worker names in the pool's order.
+indices, which `schema.parse_plan` maps back to worker names in the pool's order. With recursion on,
+the last index is the conductor itself; an inner call also sees the workflow so far and may answer
+with three empty lists to keep the answer.
 """
 
 from __future__ import annotations
@@ -15,6 +17,20 @@ from baton_workflow import query_text
 from baton_router.conductor.schema import PlanBounds, render_plan
 
 DEFAULT_CARD = "A general-purpose model."
+
+# The card of the conductor itself, the last model in the pool when recursion is on (conductor.max_depth).
+CONDUCTOR_CARD = ("The conductor (you), called again as a step: it reads the workflow so far and its last "
+                  "answer, then keeps the answer or writes a workflow that corrects it.")
+
+INNER = """
+
+You are called as a step inside a workflow that is answering this question.
+The workflow so far:
+{steps}
+Its last answer: {answer}
+
+If that answer is right and complete, reply with three empty lists to keep it: {{"model_id": [], "subtasks": [], "access_list": []}}
+Otherwise write a workflow that corrects it; its steps see the workflow so far, and its last step's output replaces the answer.{no_recursion}"""
 
 SYSTEM = """You are the conductor of a team of models. You do not answer the question yourself. \
 You write a short workflow that the team carries out to answer it.
@@ -76,10 +92,31 @@ def question(messages: Sequence[Mapping[str, str]], max_chars: int) -> str:
     return text
 
 
+def _cut(text: str, max_chars: int) -> str:
+    text = text.strip()
+    return text if len(text) <= max_chars else text[:max_chars].rstrip() + " ..."
+
+
+def inner_context(parent: requests_pb2.Parent, worker_names: Sequence[str], max_chars: int,
+                  may_recurse: bool) -> str:
+    """What an inner call sees besides the question: the workflow so far (models by index, as the
+    pool shows them) and its last answer, each text cut to `max_chars`."""
+    index = {name: i for i, name in enumerate(worker_names)}
+    lines = []
+    for j, s in enumerate(parent.steps):
+        who = f"Model {index[s.worker]}" if s.worker in index else "a model"
+        lines.append(f"[Step {j}] {who}: {_cut(s.instruction, max_chars)}")
+        lines.append(f"[Step {j}] Output: {_cut(s.output, max_chars)}")
+    no_recursion = "" if may_recurse else f"\nModel {len(worker_names) - 1} (the conductor) may not be used here."
+    return INNER.format(steps="\n".join(lines) or "(no steps)", answer=_cut(parent.last_answer, max_chars) or "(none)",
+                        no_recursion=no_recursion)
+
+
 def conductor_messages(messages: Sequence[Mapping[str, str]], cards: Sequence[str], bounds: PlanBounds,
-                       *, example: bool = True, max_query_chars: int = 2000) -> list[dict[str, str]]:
-    """Chat messages for the conductor model: the instructions with the pool, then the question."""
+                       *, example: bool = True, max_query_chars: int = 2000, inner: str = "") -> list[dict[str, str]]:
+    """Chat messages for the conductor model: the instructions with the pool, then the question (and,
+    for an inner call, the workflow so far: `inner_context`)."""
     return [
         {"role": "system", "content": system_prompt(cards, bounds, example)},
-        {"role": "user", "content": question(messages, max_query_chars)},
+        {"role": "user", "content": question(messages, max_query_chars) + inner},
     ]

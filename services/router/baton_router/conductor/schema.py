@@ -50,6 +50,8 @@ class PlanBounds:
     # When set, the grammar shortens instructions in longer plans so that its longest text fits in
     # this many tokens: a plan can then never be cut off by the token limit (see `subtask_limits`).
     token_budget: int | None = None
+    # Admit three empty lists: an inner call (the conductor named as a step) keeping the answer.
+    allow_empty: bool = False
 
     def __post_init__(self) -> None:
         if self.pool_size < 1:
@@ -67,7 +69,7 @@ def plan_model(bounds: PlanBounds) -> type[BaseModel]:
     # A step may read at most the steps before it, so an access list has at most max_steps - 1 entries.
     earlier = Annotated[int, Field(ge=0, le=max(bounds.max_steps - 2, 0))]
     access = Union[Literal["all"], Annotated[list[earlier], Field(max_length=bounds.max_steps - 1)]]
-    steps = {"min_length": 1, "max_length": bounds.max_steps}
+    steps = {"min_length": 0 if bounds.allow_empty else 1, "max_length": bounds.max_steps}
     return create_model(
         "ConductorPlan",
         __config__=ConfigDict(extra="forbid"),
@@ -129,8 +131,9 @@ def plan_grammar(bounds: PlanBounds) -> str:
     else:
         first, rest = r'[!#-\[\]-~]', r'[ !#-\[\]-~]'
     n = max(limits)
+    lengths = ([0] if bounds.allow_empty else []) + sorted(limits)
     rules = [
-        "root ::= " + " | ".join(f"plan{k}" for k in sorted(limits)),
+        "root ::= " + " | ".join(f"plan{k}" for k in lengths),
         f"model ::= {_alternatives([str(i) for i in range(w)])}",
         'access0 ::= "[]"',
     ]
@@ -139,6 +142,8 @@ def plan_grammar(bounds: PlanBounds) -> str:
     for i in range(1, n):
         rules.append(f"step{i} ::= {_alternatives([str(j) for j in range(i)])}")
         rules.append(f'access{i} ::= "[]" | "\\"all\\"" | "[" step{i} ("," " " step{i}){{0,{i - 1}}} "]"')
+    if bounds.allow_empty:
+        rules.append('plan0 ::= "{\\"model_id\\": [], \\"subtasks\\": [], \\"access_list\\": []}"')
     for k in sorted(limits):
         models = ' ", " '.join(["model"] * k)
         tasks = ' ", " '.join([f"subtask{limits[k]}"] * k)
@@ -170,7 +175,8 @@ def parse_plan(text: str, worker_names: list[str], bounds: PlanBounds) -> Plan:
     if not isinstance(data, dict):
         raise ConductorOutputError(f"conductor output is not a JSON object: {text[:200]!r}", text=text)
     lengths = {k: len(v) for k, v in data.items() if k in PLAN_KEYS and isinstance(v, list)}
-    relaxed = PlanBounds(bounds.pool_size, max(bounds.max_steps, *lengths.values(), 1), bounds.max_subtask_chars)
+    relaxed = PlanBounds(bounds.pool_size, max(bounds.max_steps, *lengths.values(), 1), bounds.max_subtask_chars,
+                         allow_empty=bounds.allow_empty)
     try:
         parsed = plan_model(relaxed).model_validate(data)
     except ValidationError as e:

@@ -95,6 +95,7 @@ class Sample:
 class _Pending:
     messages: list[dict[str, str]]
     future: asyncio.Future = field(repr=False)
+    inner: bool = False  # an inner call (the conductor as a step): its constraint admits the empty plan
 
 
 class _Loaded:
@@ -143,13 +144,17 @@ class _Loaded:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         info = xgrammar.TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=self.model.config.vocab_size)
         compiler = xgrammar.GrammarCompiler(info)
-        if settings.constraint == "grammar":
-            # Bounded by the token limit, so that no plan can be cut off mid-way.
-            bounds = dataclasses.replace(prompter.bounds, token_budget=settings.max_new_tokens)
-            self.grammar = compiler.compile_grammar(plan_grammar(bounds))
-        else:
-            self.grammar = compiler.compile_json_schema(json.dumps(plan_json_schema(prompter.bounds)),
-                                                        any_whitespace=False)
+        # One constraint for user requests, one for inner calls (which may keep the answer with an
+        # empty plan); a batch mixes both, one grammar per row.
+        self.grammars = {}
+        for inner, bounds in ((False, prompter.bounds), (True, prompter.inner_bounds)):
+            if settings.constraint == "grammar":
+                # Bounded by the token limit, so that no plan can be cut off mid-way.
+                budgeted = dataclasses.replace(bounds, token_budget=settings.max_new_tokens)
+                self.grammars[inner] = compiler.compile_grammar(plan_grammar(budgeted))
+            else:
+                self.grammars[inner] = compiler.compile_json_schema(json.dumps(plan_json_schema(bounds)),
+                                                                    any_whitespace=False)
         self.eos_ids = set(_as_list(self.model.generation_config.eos_token_id)) | {self.tokenizer.eos_token_id}
 
 
@@ -287,7 +292,8 @@ class TransformersConductor:
             self._queue = asyncio.Queue()
         if self._batcher is None or self._batcher.done():
             self._batcher = asyncio.create_task(self._batch_forever(), name="conductor-batcher")
-        pending = _Pending(self.prompter.messages(request), asyncio.get_running_loop().create_future())
+        inner = request.HasField("parent")
+        pending = _Pending(self.prompter.messages(request), asyncio.get_running_loop().create_future(), inner)
         await self._queue.put(pending)
         sample: Sample = await pending.future
         loaded = self._loaded
@@ -295,7 +301,8 @@ class TransformersConductor:
         if not sample.finished:
             # Cut off at max_new_tokens: the text is not a whole plan; parsing reports why.
             log.warning("conductor plan cut off after %d tokens", len(sample.token_ids))
-        return self.prompter.proposal(sample.text, sample.token_logprobs, propensity, loaded.version)
+        return self.prompter.proposal(sample.text, sample.token_logprobs, propensity, loaded.version,
+                                      self.prompter.bounds_for(request))
 
     async def _batch_forever(self) -> None:
         loop = asyncio.get_running_loop()
@@ -320,7 +327,8 @@ class TransformersConductor:
             if not live:
                 continue
             try:
-                samples = await loop.run_in_executor(self._executor, self.generate, [p.messages for p in live])
+                samples = await loop.run_in_executor(self._executor, self.generate, [p.messages for p in live],
+                                                     [p.inner for p in live])
             except asyncio.CancelledError:
                 _fail(live, RuntimeError("the conductor was closed"))
                 raise
@@ -331,8 +339,9 @@ class TransformersConductor:
                 if not p.future.done():
                     p.future.set_result(s)
 
-    def generate(self, conversations: list[list[dict[str, str]]]) -> list[Sample]:
-        """Write one plan per conversation in a single `generate` call (blocking; the worker thread runs it)."""
+    def generate(self, conversations: list[list[dict[str, str]]], inner: list[bool] | None = None) -> list[Sample]:
+        """Write one plan per conversation in a single `generate` call (blocking; the worker thread runs it).
+        `inner[i]` marks an inner call, whose constraint also admits the empty plan."""
         loaded = self._loaded
         if loaded is None:
             raise RuntimeError("the conductor model is not loaded")
@@ -346,7 +355,7 @@ class TransformersConductor:
         sampling = settings.temperature > 0
         options = {"do_sample": True, "temperature": settings.temperature, "top_p": settings.top_p,
                    "top_k": settings.top_k} if sampling else {"do_sample": False}
-        recorder = _grammar_processor(loaded.grammar)
+        recorder = _grammar_processor([loaded.grammars[bool(x)] for x in (inner or [False] * len(prompts))])
         with torch.inference_mode():
             out = loaded.model.generate(
                 **inputs,

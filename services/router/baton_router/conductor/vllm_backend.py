@@ -77,9 +77,11 @@ class VllmConductor:
             raise ValueError("conductor.vllm settings are missing")
         self.settings = settings
         self.prompter = PlanPrompter(config)
-        self._schema = plan_json_schema(self.prompter.bounds)
-        # Bounded by the token limit, so that no plan can be cut off mid-way.
-        self._grammar = plan_grammar(dataclasses.replace(self.prompter.bounds, token_budget=settings.max_tokens))
+        # One constraint for user requests and one (admitting the empty plan) for inner calls; grammars
+        # are bounded by the token limit, so that no plan can be cut off mid-way.
+        bounds = (self.prompter.bounds, self.prompter.inner_bounds)
+        self._schemas = {b: plan_json_schema(b) for b in bounds}
+        self._grammars = {b: plan_grammar(dataclasses.replace(b, token_budget=settings.max_tokens)) for b in bounds}
         self._engine = engine
         self._api = api
         self._tokenizer = None
@@ -176,13 +178,14 @@ class VllmConductor:
             await self._engine.add_lora(self._lora_request(adapter))
         self._started = True
 
-    def sampling_params(self):
+    def sampling_params(self, request: requests_pb2.ChatRequest | None = None):
         s, api = self.settings, self.api
+        bounds = self.prompter.bounds if request is None else self.prompter.bounds_for(request)
         if s.constraint == "grammar":
-            structured = api.StructuredOutputsParams(grammar=self._grammar)
+            structured = api.StructuredOutputsParams(grammar=self._grammars[bounds])
         else:
             # Free whitespace lets a model pad the JSON until max_tokens; the plan has no use for it.
-            structured = api.StructuredOutputsParams(json=self._schema, disable_any_whitespace=True)
+            structured = api.StructuredOutputsParams(json=self._schemas[bounds], disable_any_whitespace=True)
         return api.SamplingParams(
             # top-p and top-k stated, so that a model's generation_config cannot narrow sampling unseen
             # (the propensity at temperature 1 assumes the full masked distribution).
@@ -205,7 +208,7 @@ class VllmConductor:
         final = None
         async for output in self._engine.generate(
             {"prompt_token_ids": self.prompt_ids(request)},
-            self.sampling_params(),
+            self.sampling_params(request),
             f"{request.request_id or 'plan'}-{uuid.uuid4().hex[:12]}",
             lora_request=self._lora_request(adapter),
         ):
@@ -217,7 +220,7 @@ class VllmConductor:
         # Only at temperature 1 is the masked distribution the one the tokens were drawn from.
         drawn_from = math.fsum(logprobs) if self.settings.temperature == 1.0 and logprobs else None
         return self.prompter.proposal(completion.text, logprobs, propensity_from(drawn_from, self.settings.temperature),
-                                      version)
+                                      version, self.prompter.bounds_for(request))
 
     async def aclose(self) -> None:
         if self._engine is not None and hasattr(self._engine, "shutdown"):

@@ -1,0 +1,83 @@
+"""The conductor named as a worker, with every service its own process on a real Kafka broker.
+
+The static conductor's plan hands its second step to the conductor; the inner call writes a
+corrective workflow (the configured inner plan) whose one step, on a local OpenAI-compatible
+server that echoes what it was sent, must see the workflow so far. Its answer becomes the answer.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import openai
+import pyarrow.dataset as ds
+import pytest
+import yaml
+
+from baton_devtools.stack import Stack, free_port
+from e2e.test_backbone import _up, first_question, wait_for
+from testbed import default_config_data
+
+pytestmark = [pytest.mark.e2e, pytest.mark.kafka]
+
+
+@pytest.fixture(scope="module")
+def stack(kafka_bootstrap, tmp_path_factory):
+    port = free_port()
+    standin = subprocess.Popen([sys.executable, "-m", "baton_devtools.standins", "openai", "--port", str(port)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert wait_for(lambda: _up(f"http://127.0.0.1:{port}/_standin/stats"), 20), "stand-in did not start"
+    data = default_config_data()
+    data["workers"].append({"name": "local-llm", "provider": "openai_compatible", "model": "local-model",
+                            "base_url": f"http://127.0.0.1:{port}/v1"})
+    data["conductor"]["plan"] = {"workers": ["gemini-flash", "llama-70b", "conductor"],
+                                 "subtasks": ["Solve it.", "Solve it another way.", "Check the answer."],
+                                 "access": [[], [], [0]]}
+    data["conductor"]["inner_plan"] = {"workers": ["local-llm"], "subtasks": ["Correct the answer if needed."],
+                                       "access": [[]]}
+    data["kafka"] = {"partitions": 4, "session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
+    run_dir = tmp_path_factory.mktemp("recursion")
+    cfg = run_dir / "baton.yaml"
+    cfg.write_text(yaml.safe_dump(data))
+    st = Stack(run_dir, config_file=cfg, gateway_port=free_port(), bootstrap_servers=kafka_bootstrap)
+    st.start(echo=lambda *_: None)
+    yield st
+    st.stop()
+    standin.terminate()
+    standin.wait(10)
+
+
+def test_a_conductor_step_runs_a_corrective_workflow_that_sees_the_workflow_so_far(stack):
+    client = openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0, timeout=60)
+    row = first_question()
+    raw = client.chat.completions.with_raw_response.create(
+        model="baton", messages=[{"role": "user", "content": row["prompt"]}])
+    completion = raw.parse()
+    answer = completion.choices[0].message.content
+    # The corrective step saw its instruction and the workflow so far as the conductor step could
+    # read it: step 1's answer (the sim worker's recorded one), never step 2's.
+    assert answer.startswith("[local-model] saw:") and "Correct the answer if needed." in answer
+    assert f"The answer is ({row['gemini-1.5-flash-002|answer']})." in answer
+    assert "Solve it another way." not in answer
+    info = completion.model_extra["baton"]
+    conductor_step = info["steps"][2]
+    assert conductor_step["worker"] == "conductor"
+    assert [s["worker"] for s in conductor_step["inner_plan"]["steps"]] == ["local-llm"]
+    assert info["calls"] == 3, "two steps, plus the one call of the corrective workflow"
+    request_id = raw.headers["x-baton-request-id"]
+
+    def episode():
+        try:
+            rows = ds.dataset(stack.dataset_dir / "episodes", format="parquet", partitioning="hive").to_table().to_pylist()
+        except (FileNotFoundError, ValueError):
+            return None
+        return next((r for r in rows if r["request_id"] == request_id), None)
+
+    ep = wait_for(episode, 20)
+    assert ep is not None and ep["answer"] == answer
+    assert [s["worker"] for s in ep["steps"]] == ["gemini-flash", "llama-70b", "conductor"]
+    # Only the user's request is an episode: the inner workflow lives inside its conductor step.
+    assert not any(r["request_id"].startswith(request_id + ":") for r in
+                   ds.dataset(stack.dataset_dir / "episodes", format="parquet", partitioning="hive").to_table().to_pylist())
