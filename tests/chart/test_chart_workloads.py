@@ -306,3 +306,14 @@ def test_every_service_accepts_the_rendered_configuration(ci_file, tmp_path, mon
                     assert build_workers(config, provider, client)
                 finally:
                     asyncio.run(client.aclose())
+
+
+def test_recursion_settings_reach_the_configuration():
+    config = baton_config(render((THREE,)))
+    assert "max_depth" not in config["conductor"] and "inner_plan" not in config["conductor"], "defaults stay the app's"
+    config = baton_config(render((THREE,), ("router.conductor.maxDepth=0",)))
+    assert config["conductor"]["max_depth"] == 0
+    config = baton_config(render((THREE,), ("router.conductor.innerPlan.workers={gpt-5}",
+                                            "router.conductor.innerPlan.subtasks={Fix it.}",
+                                            "router.conductor.innerPlan.access[0]=all")))
+    assert config["conductor"]["inner_plan"] == {"workers": ["gpt-5"], "subtasks": ["Fix it."], "access": ["all"]}

@@ -47,3 +47,61 @@ def test_an_explored_request_answers_once_and_logs_its_whole_group(kafka_bootstr
     assert [(r["request_id"], r["candidate"], r["group_size"]) for r in rows] == [
         (rid, 0, 3), (f"{rid}.1", 1, 3), (f"{rid}.2", 2, 3)]
     assert all(r["plan_propensity"] == 1.0 for r in rows), "the static conductor's plan is certain"
+
+
+def test_the_judge_chooses_the_answer_of_a_group_and_its_scores_are_logged(kafka_bootstrap, tmp_path):
+    import csv
+    import json
+    import sys
+
+    from testbed import MMLU_PRO
+
+    csv.field_size_limit(sys.maxsize)
+    with MMLU_PRO.open(newline="") as f:
+        # A question the judge's model answered right: its scores then say which candidates are right.
+        row = next(r for r in csv.DictReader(f) if r["gemini-1.5-pro-002|answer"] == r["answer"])
+    data = default_config_data()
+    data["conductor"] = {"backend": "policy"}  # before any training: a uniformly random worker per candidate
+    data["router"] = {"explore_share": 1.0, "explore_group_size": 3}
+    data["synthesizer"] = {"group_answer": "judge"}
+    data["judge"] = {"worker": "gemini-pro"}
+    data["kafka"] = {"partitions": 4, "session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
+    data["reward_logger"] = {"flush_interval_s": 0.5}
+    cfg = tmp_path / "baton.yaml"
+    cfg.write_text(yaml.safe_dump(data))
+    stack = Stack(tmp_path / "run", config_file=cfg, gateway_port=free_port(), bootstrap_servers=kafka_bootstrap)
+    stack.start(echo=lambda *_: None)
+    try:
+        client = openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0, timeout=60)
+        completion = client.chat.completions.create(
+            model="baton", messages=[{"role": "user", "content": row["prompt"]}],
+            metadata={"reference": row["answer"], "grader": "choice"})
+        rid = completion.model_extra["baton"]["request_id"]
+        judge = completion.model_extra["baton"]["judge"]
+
+        def logged():
+            out = {}
+            for name in ("episodes", "feedback"):
+                root = stack.dataset_dir / name
+                out[name] = (ds.dataset(root, format="parquet", partitioning="hive").to_table().to_pylist()
+                             if any(root.rglob("*.parquet")) else [])
+            return out
+
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            seen = logged()
+            if len([r for r in seen["episodes"] if r["group_id"] == rid]) == 3 and len(seen["feedback"]) == 3:
+                break
+            time.sleep(0.3)
+    finally:
+        stack.stop()
+    episodes = {r["request_id"]: r for r in seen["episodes"] if r["group_id"] == rid}
+    assert judge["candidates"] == [rid, f"{rid}.1", f"{rid}.2"] and len(judge["scores"]) == 3
+    own = {i: json.loads(episodes[i]["judge_json"])["own_answer"] if i == rid else episodes[i]["answer"]
+           for i in judge["candidates"]}
+    # Each candidate is graded on its own answer, and this judge knows the right one: score = quality.
+    assert [episodes[i]["quality"] for i in judge["candidates"]] == judge["scores"]
+    assert judge["chosen"] == max(range(3), key=lambda k: (judge["scores"][k], -k))
+    assert completion.choices[0].message.content == own[judge["candidates"][judge["chosen"]]]
+    feedback = {(r["response_id"], r["score"], r["source"]) for r in seen["feedback"]}
+    assert feedback == {(i, s, "judge") for i, s in zip(judge["candidates"], judge["scores"])}

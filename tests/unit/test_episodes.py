@@ -176,3 +176,24 @@ async def test_a_record_revoked_while_it_is_graded_is_written_once_by_the_next_r
     await sink.handle(message(2))  # the partition comes back: read again from the last commit
     await sink.flush_due(force=True)
     assert rows == [2], "the record is written once, not once per reading"
+
+
+def test_episodes_without_a_reference_take_their_quality_from_feedback(tmp_path):
+    from baton_trainer.logged import read_episodes, read_feedback
+
+    records = []
+    for i in range(3):
+        r = response(i)
+        r.episode.plan.backend, r.episode.plan.action, r.episode.plan.propensity = "policy", "m", 0.5
+        records.append(Record(0, i, episode_row(r, score(r, "quality_minus_cost", 0.0), 0, i), r.completed_unix_ms))
+    DatasetWriter(tmp_path / "episodes", "baton.responses", EPISODE_SCHEMA).write(0, records)
+    judged = [feedback_pb2.Feedback(response_id="r0", score=1.0, source="judge", created_unix_ms=1_764_000_000_000),
+              feedback_pb2.Feedback(response_id="r0", score=0.5, source="user", created_unix_ms=1_764_000_000_000),
+              feedback_pb2.Feedback(response_id="r2", score=0.0, source="judge", created_unix_ms=1_764_000_000_000)]
+    DatasetWriter(tmp_path / "feedback", "baton.feedback", FEEDBACK_SCHEMA).write(
+        0, [Record(0, i, feedback_row(f, 0, i), f.created_unix_ms) for i, f in enumerate(judged)])
+    assert read_episodes(tmp_path / "episodes") == [], "no reference, no feedback: nothing to learn from"
+    feedback = read_feedback(tmp_path / "feedback")
+    assert feedback == {"r0": 0.75, "r2": 0.0}
+    logged = read_episodes(tmp_path / "episodes", feedback=feedback)
+    assert [(x.request_id, x.episode.reward) for x in logged] == [("r0", 0.75), ("r2", 0.0)]

@@ -47,3 +47,24 @@ def test_unknown_questions_and_models_are_reported_honestly(matrix):
     assert "not in the sim provider's outcome matrix" in reply.text
     with pytest.raises(ValueError, match="not in the matrix"):
         SimProvider(matrix, "gpt-7", 0)
+
+
+def test_a_sim_judge_judges_as_well_as_its_model_answered(matrix):
+    import json
+
+    sim = SimProvider(matrix, "gemini-1.5-pro-002", latency_ms=0)
+    call = ProviderCall(model="gemini-1.5-pro-002", messages=[{"role": "user", "content": "judge"}])
+    judged = 0
+    for row in rows():
+        mine = row["gemini-1.5-pro-002|answer"]
+        if not mine:
+            continue
+        other = "A" if mine != "A" else "B"
+        candidates = [f"The answer is ({other}).", f"I think the answer is ({mine}) here."]
+        reply = asyncio.run(sim.complete(call, query=row["prompt"], candidates=candidates))
+        # It prefers what its model answered, right or wrong.
+        assert json.loads(reply.text) == {"scores": [0, 10]}
+        judged += 1
+    assert judged > 10
+    unknown = asyncio.run(sim.complete(call, query="not in the matrix", candidates=["x", "y"]))
+    assert json.loads(unknown.text) == {"scores": [5, 5]}, "a question it cannot answer, it cannot judge"

@@ -230,3 +230,84 @@ def test_a_conductor_step_has_time_for_a_whole_inner_workflow(write_config):
     ((_, (finish,)),) = wf.expired()
     assert finish.response.error.code == "step_timeout"
     assert f"within {wf._config.conductor.max_steps + 1} s" in finish.response.error.message
+
+
+def judged_group(write_config, wait_s=None):
+    """Three candidates of one exploration group, judged by gemini-pro; returns the workflows and the runs."""
+    from testbed import default_config_data
+
+    data = default_config_data()
+    data["synthesizer"] = {"group_answer": "judge"}
+    data["judge"] = {"worker": "gemini-pro", **({"wait_s": wait_s} if wait_s else {})}
+    clock = Clock()
+    wf = Workflows(load_config(write_config(data=data)), clock=clock)
+    plan = to_proto(Plan(workers=["gemini-flash"], subtasks=["a"], access=[[]]), backend="static")
+    runs = []
+    for k in range(3):
+        request = requests_pb2.ChatRequest(request_id="g" if k == 0 else f"g.{k}", group_id="g", candidate=k,
+                                           group_size=3, reply_partition=1, created_unix_ms=clock.now,
+                                           messages=[common_pb2.ChatMessage(role="user", content="Q?")])
+        runs.append(wf.on_planned(workflow_pb2.WorkflowPlanned(request=request, plan=plan)))
+        wf.advance(runs[-1])
+    return wf, runs, clock
+
+
+def finish_candidate(wf, run, answer):
+    """The candidate's one step completes; returns what the synthesizer does next."""
+    wf.on_completed(run.request.request_id, workflow_pb2.StepCompleted(step=0, attempt=1, output=answer,
+                                                                      usage=common_pb2.Usage(calls=1)))
+    actions = wf.advance(run)
+    return actions[0] if len(actions) == 1 else actions
+
+
+def test_the_judge_gives_the_client_the_best_candidates_answer_and_rates_every_one(write_config):
+    from baton_synthesizer.workflows import Rate
+
+    wf, (primary, one, two), clock = judged_group(write_config)
+    assert finish_candidate(wf, primary, "The answer is (A).") == []  # waits for the others
+    report = finish_candidate(wf, one, "The answer is (B).").report
+    assert report.request_id == "g" and report.candidate_finished.candidate == 1
+    assert wf.on_candidate("g", report.candidate_finished) is primary and wf.advance(primary) == []
+    report = finish_candidate(wf, two, "The answer is (C).").report
+    wf.on_candidate("g", report.candidate_finished)
+    (judge,) = wf.advance(primary)
+    assert isinstance(judge, Dispatch) and judge.task.worker == "gemini-pro" and judge.task.step == 1
+    assert list(judge.task.candidates) == ["The answer is (A).", "The answer is (B).", "The answer is (C)."]
+    assert "Answer 3:\nThe answer is (C)." in judge.task.messages[1].content
+    wf.on_completed("g", workflow_pb2.StepCompleted(step=1, attempt=1, output='{"scores": [2, 9, 9]}',
+                                                     usage=common_pb2.Usage(cost_usd=0.01, calls=1)))
+    *rates, finish = wf.advance(primary)
+    assert finish.response.answer == "The answer is (B).", "the best score; a tie goes to the earlier candidate"
+    judge_record = finish.response.episode.judge
+    assert list(judge_record.request_ids) == ["g", "g.1", "g.2"] and judge_record.chosen == 1
+    assert judge_record.own_answer == "The answer is (A)."
+    assert finish.response.episode.total.calls == 2, "its own step and the judge's call"
+    assert all(isinstance(r, Rate) for r in rates)
+    assert [(r.feedback.response_id, r.feedback.score, r.feedback.source) for r in rates] == [
+        ("g", 0.2, "judge"), ("g.1", 0.9, "judge"), ("g.2", 0.9, "judge")]
+
+
+def test_without_a_usable_judgement_the_client_gets_its_own_candidates_answer(write_config):
+    wf, (primary, one, two), clock = judged_group(write_config, wait_s=5)
+    assert finish_candidate(wf, primary, "mine") == []
+    wf.on_candidate("g", finish_candidate(wf, one, "theirs").report.candidate_finished)
+    clock.now += 6_000  # the third candidate never reports: judge what came in
+    ((_, (judge,)),) = wf.expired()
+    assert list(judge.task.candidates) == ["mine", "theirs"]
+    wf.on_completed("g", workflow_pb2.StepCompleted(step=1, attempt=1, output="Both look fine to me."))
+    (finish,) = wf.advance(primary)
+    assert finish.response.answer == "mine" and "no {\"scores\": [...]} object" in finish.response.episode.judge.error
+    assert list(finish.response.episode.judge.scores) == []
+
+
+def test_judge_replies_are_read_strictly():
+    import pytest
+
+    from baton_synthesizer.judge import best, parse_scores
+
+    assert parse_scores('Scores follow. {"scores": [10, 0, 7.5]}', 3) == [1.0, 0.0, 0.75]
+    with pytest.raises(ValueError, match="scored 2 answers, not 3"):
+        parse_scores('{"scores": [1, 2]}', 3)
+    with pytest.raises(ValueError, match="not numbers from 0 to 10"):
+        parse_scores('{"scores": [1, 11, 2]}', 3)
+    assert best([0.5, 0.9, 0.9]) == 1 and best([0.0, 0.0]) == 0

@@ -77,7 +77,8 @@ the application's defaults apply; false and 0 are kept. Nested maps (adapter nam
 {{- $conductor := dict "backend" $c.backend "max_steps" $c.maxSteps -}}
 {{- with $c.plan }}{{ $_ := set $conductor "plan" (include "baton.plan" . | fromJson) }}{{ end -}}
 {{- with $c.fallbackPlan }}{{ $_ := set $conductor "fallback_plan" (include "baton.plan" . | fromJson) }}{{ end -}}
-{{- $_ := mergeOverwrite $conductor (include "baton.snakeSection" (dict "values" (pick $c "maxSubtaskChars" "maxQueryChars" "promptExample")) | fromJson) -}}
+{{- with $c.innerPlan }}{{ $_ := set $conductor "inner_plan" (include "baton.plan" . | fromJson) }}{{ end -}}
+{{- $_ := mergeOverwrite $conductor (include "baton.snakeSection" (dict "values" (pick $c "maxSubtaskChars" "maxQueryChars" "promptExample" "maxDepth")) | fromJson) -}}
 {{- if has $c.backend (list "vllm" "transformers" "policy") -}}
 {{- $_ := set $conductor $c.backend (include "baton.snakeSection" (dict "values" (get $r $c.backend)) | fromJson) -}}
 {{- else if eq $c.backend "openai" -}}

@@ -275,6 +275,21 @@ class SynthesizerConfig(_HttpService):
     step_timeout_s: float = Field(default=60.0, gt=0, description="A step not answered by then fails the request.")
     max_cost_usd: float = Field(default=0.0, ge=0, description="Per-request cost budget (0: none); a request may lower it.")
     max_calls: int = Field(default=0, ge=0, description="Per-request provider-call budget (0: none); a request may lower it.")
+    group_answer: Literal["primary", "judge"] = Field(
+        default="primary",
+        description="Which answer of an exploration group the client gets: its own candidate's ('primary'), or the "
+        "one the judge scores best ('judge', needs a `judge:` section; every candidate's score is logged as feedback).",
+    )
+
+
+class JudgeConfig(_Strict):
+    """A worker that scores the answers of an exploration group (synthesizer.group_answer: judge)."""
+
+    worker: str = Field(description="The configured worker that judges.")
+    wait_s: float | None = Field(
+        default=None, gt=0,
+        description="How long the client's candidate waits for the others once its own answer is ready; unset: "
+        "synthesizer.step_timeout_s × (conductor.max_steps + 1), time for a whole workflow.")
 
 
 class ExecutorConfig(_HttpService):
@@ -314,6 +329,7 @@ class BatonConfig(BaseSettings):
     synthesizer: SynthesizerConfig = SynthesizerConfig()
     executor: ExecutorConfig = ExecutorConfig()
     reward_logger: RewardLoggerConfig = RewardLoggerConfig()
+    judge: JudgeConfig | None = None
 
     @classmethod
     def settings_customise_sources(
@@ -350,6 +366,10 @@ class BatonConfig(BaseSettings):
             unknown = [n for n in plan.workers if n not in allowed]
             if unknown:
                 raise ValueError(f"{label}: unknown worker(s) {unknown}; known: {sorted(allowed)}")
+        if self.judge is not None and self.judge.worker not in names:
+            raise ValueError(f"judge.worker {self.judge.worker!r} is not a configured worker")
+        if self.synthesizer.group_answer == "judge" and self.judge is None:
+            raise ValueError("synthesizer.group_answer 'judge' needs a `judge:` section naming the judging worker")
         if self.conductor.backend == "static" and self.conductor.plan is None:
             raise ValueError("conductor.plan is required when conductor.backend is 'static'")
         return self

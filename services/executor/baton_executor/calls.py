@@ -109,7 +109,7 @@ class StepRunner:
             span.set_attribute("baton.task_id", task.task_id)
             provider = self._workers[task.worker]
             if isinstance(provider, SimProvider):
-                reply = await provider.complete(call, query=task.query)
+                reply = await provider.complete(call, query=task.query, candidates=task.candidates)
             else:
                 reply = await provider.complete(call)
             span.set_attribute("gen_ai.response.model", reply.model)

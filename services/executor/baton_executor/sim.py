@@ -5,13 +5,19 @@ and `<model>|output_chars`) records how real models did on real questions. Asked
 knows, a sim worker answers as its model did: that model's recorded answer when there is one, else
 the reference answer when the model scored right and a refusal to commit when it scored wrong. An
 unknown question gets an honest "not in the matrix" reply. Latency is configured, tokens estimated.
+
+As a judge (a task with candidates), a sim worker judges as well as its model answered: it scores
+10 the answers that agree with what its model would have answered, 0 the others, and 5 all of them
+when its model would not commit to an answer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import csv
+import json
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,10 +64,12 @@ class SimProvider:
         self._model = model
         self._latency_s = latency_ms / 1000
 
-    async def complete(self, call: ProviderCall, query: str = "") -> ProviderReply:
+    async def complete(self, call: ProviderCall, query: str = "", candidates: Sequence[str] = ()) -> ProviderReply:
         await asyncio.sleep(self._latency_s)
         row = self._matrix.lookup(query, self._model)
-        if row is None:
+        if candidates:
+            text = self._judge(row, candidates)
+        elif row is None:
             text = "I cannot answer: this question is not in the sim provider's outcome matrix."
         elif row.answer:
             text = f"The answer is ({row.answer})."
@@ -76,6 +84,15 @@ class SimProvider:
         return ProviderReply(text=text, input_tokens=max(1, prompt_chars // CHARS_PER_TOKEN),
                              output_tokens=max(1, out_chars // CHARS_PER_TOKEN), model=self._model,
                              finish_reason="stop")
+
+    @staticmethod
+    def _judge(row: SimRow | None, candidates: Sequence[str]) -> str:
+        belief = None
+        if row is not None:
+            belief = row.answer or (row.reference if row.score >= 0.5 else None)
+        if belief is None:
+            return json.dumps({"scores": [5] * len(candidates)})
+        return json.dumps({"scores": [10 if f"({belief})" in c else 0 for c in candidates]})
 
     async def aclose(self) -> None:
         return None

@@ -86,7 +86,7 @@ def parse_feedback(raw: bytes) -> feedback_pb2.Feedback:
         param = ".".join(str(p) for p in first["loc"]) or None
         raise ApiError(400, f"invalid feedback: {param}: {first['msg']}", param=param) from None
     return feedback_pb2.Feedback(response_id=fb.response_id.removeprefix("chatcmpl-"), score=fb.score,
-                                 comment=fb.comment, created_unix_ms=int(time.time() * 1000))
+                                 comment=fb.comment, created_unix_ms=int(time.time() * 1000), source="user")
 
 
 def parse_chat_request(raw: bytes, known_models: set[str]) -> ChatCompletionRequest:
@@ -147,6 +147,10 @@ def workflow_summary(episode: responses_pb2.Episode) -> dict[str, Any]:
                    "cost_usd": s.usage.cost_usd, "latency_ms": round(s.latency_ms, 1),
                    **({"inner_plan": plan_summary(s.inner_plan)} if s.HasField("inner_plan") else {}),
                    **({"error": s.error.message} if s.error.code else {})} for s in episode.steps],
+        **({"judge": {"worker": episode.judge.worker, "candidates": list(episode.judge.request_ids),
+                      "scores": list(episode.judge.scores), "chosen": episode.judge.chosen,
+                      **({"error": episode.judge.error} if episode.judge.error else {})}}
+           if episode.HasField("judge") else {}),
         "cost_usd": episode.total.cost_usd,
         "calls": episode.total.calls,
         "latency_ms": round(episode.latency_ms, 1),

@@ -32,7 +32,7 @@ STEP = pa.struct([
     ("step", pa.int32()), ("worker", pa.string()), ("model", pa.string()), ("attempt", pa.int32()),
     ("instruction", pa.string()), ("output", pa.string()), ("input_tokens", pa.int64()),
     ("output_tokens", pa.int64()), ("cost_usd", pa.float64()), ("latency_ms", pa.float64()),
-    ("error", pa.string()),
+    ("error", pa.string()), ("inner_plan_json", pa.string()),
 ])
 
 EPISODE_SCHEMA = pa.schema([
@@ -45,12 +45,12 @@ EPISODE_SCHEMA = pa.schema([
     ("steps", pa.list_(STEP)), ("answer", pa.string()), ("error_code", pa.string()), ("error_message", pa.string()),
     ("input_tokens", pa.int64()), ("output_tokens", pa.int64()), ("cost_usd", pa.float64()), ("calls", pa.int32()),
     ("latency_ms", pa.float64()), ("grader", pa.string()), ("reference", pa.string()), ("quality", pa.float64()),
-    ("reward", pa.float64()), ("reward_detail", pa.string()),
+    ("reward", pa.float64()), ("reward_detail", pa.string()), ("judge_json", pa.string()),
     ("source_partition", pa.int32()), ("source_offset", pa.int64()),
 ])
 
 FEEDBACK_SCHEMA = pa.schema([
-    ("response_id", pa.string()), ("score", pa.float64()), ("comment", pa.string()),
+    ("response_id", pa.string()), ("score", pa.float64()), ("comment", pa.string()), ("source", pa.string()),
     ("created_unix_ms", pa.int64()), ("source_partition", pa.int32()), ("source_offset", pa.int64()),
 ])
 
@@ -81,18 +81,24 @@ def episode_row(r: responses_pb2.Response, reward: Reward, partition: int, offse
         "steps": [{"step": s.step, "worker": s.worker, "model": s.model, "attempt": s.attempt,
                    "instruction": s.instruction, "output": s.output, "input_tokens": s.usage.input_tokens,
                    "output_tokens": s.usage.output_tokens, "cost_usd": s.usage.cost_usd,
-                   "latency_ms": s.latency_ms, "error": s.error.message or None} for s in ep.steps],
+                   "latency_ms": s.latency_ms, "error": s.error.message or None,
+                   "inner_plan_json": _json(s.inner_plan) if s.HasField("inner_plan") else None} for s in ep.steps],
         "answer": r.answer if r.WhichOneof("outcome") == "answer" else None,
         "error_code": r.error.code or None, "error_message": r.error.message or None,
         "input_tokens": ep.total.input_tokens, "output_tokens": ep.total.output_tokens,
         "cost_usd": ep.total.cost_usd, "calls": ep.total.calls, "latency_ms": ep.latency_ms,
         "grader": reward.grader, "reference": reward.reference, "quality": reward.quality, "reward": reward.reward,
-        "reward_detail": reward.detail, "source_partition": partition, "source_offset": offset,
+        "reward_detail": reward.detail, "judge_json": _json(ep.judge) if ep.HasField("judge") else None,
+        "source_partition": partition, "source_offset": offset,
     }
 
 
+def _json(message) -> str:
+    return json.dumps(MessageToDict(message, preserving_proto_field_name=True), sort_keys=True)
+
+
 def feedback_row(fb: feedback_pb2.Feedback, partition: int, offset: int) -> dict:
-    return {"response_id": fb.response_id, "score": fb.score, "comment": fb.comment,
+    return {"response_id": fb.response_id, "score": fb.score, "comment": fb.comment, "source": fb.source or "user",
             "created_unix_ms": fb.created_unix_ms, "source_partition": partition, "source_offset": offset}
 
 

@@ -37,8 +37,11 @@ def score(response: responses_pb2.Response, scheme: Scheme, cost_weight: float) 
     if failed:
         quality, detail = 0.0, f"the workflow failed: {response.error.message}"
     else:
+        # The client may have got another candidate's answer (the judge chose it); this episode's
+        # plan is graded on its own.
+        own = response.episode.judge.own_answer if response.episode.HasField("judge") else response.answer
         try:
-            g = grade(grader, response.answer, reference)
+            g = grade(grader, own, reference)
         except ValueError as e:
             return Reward(grader, reference, None, None, str(e))
         quality, detail = g.score, g.detail

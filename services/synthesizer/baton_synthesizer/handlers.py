@@ -26,7 +26,7 @@ from baton_platform.messages import PoisonMessage, decode, encode
 from baton_platform.offsets import CommitPacer, OffsetTracker
 from baton_platform.service import Service
 
-from baton_synthesizer.workflows import Action, Dispatch, Finish, Notify, Replan, Return, Run, Workflows
+from baton_synthesizer.workflows import Action, Dispatch, Finish, Notify, Rate, Replan, Return, Run, Workflows
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +132,8 @@ class SynthesizerWiring:
             return self.workflows.on_completed(event.request_id, event.step_completed)
         if kind == "step_failed":
             return self.workflows.on_failed(event.request_id, event.step_failed)
+        if kind == "candidate_finished":
+            return self.workflows.on_candidate(event.request_id, event.candidate_finished)
         raise PoisonMessage("WorkflowEvent with no event set")
 
     async def _resume(self, tp: TopicPartition) -> None:
@@ -154,6 +156,9 @@ class SynthesizerWiring:
                     await self.service.broker.publish(encode(action.response), topics.RESPONSES,
                                                       key=action.response.request_id.encode(),
                                                       partition=action.reply_partition)
+                elif isinstance(action, Rate):
+                    await self.service.broker.publish(encode(action.feedback), topics.FEEDBACK,
+                                                      key=action.feedback.response_id.encode())
                 elif isinstance(action, Replan):
                     await self.service.broker.publish(encode(action.request), topics.REQUESTS,
                                                       key=action.request.request_id.encode())
@@ -164,6 +169,10 @@ class SynthesizerWiring:
                                                           key=action.response.request_id.encode(),
                                                           partition=action.reply_partition)
                         self._responses.labels(action.response.WhichOneof("outcome")).inc()
+                        if action.report is not None:
+                            # Keyed by the group: it reaches the replica running the client's candidate.
+                            await self.service.broker.publish(encode(action.report), topics.WORKFLOW,
+                                                              key=action.report.request_id.encode())
                     else:
                         # Keyed by the parent: its partition, and so the replica running it, gets the result.
                         await self.service.broker.publish(encode(action.event), topics.WORKFLOW,

@@ -9,6 +9,13 @@ Recursion: a step given to the worker `conductor` goes to no executor. It become
 (`Replan`, back to the router) carrying the steps it may read and their last answer. The router either
 keeps that answer (and completes the step itself) or plans a corrective workflow, which runs here like
 any other; when it ends, its answer or error returns to the parent as that step's result (`Return`).
+
+Judging (synthesizer.group_answer: judge): the other candidates of an exploration group report
+their outcome to the client's candidate (`Finish.report`, keyed by the group id). Once its own answer is
+ready it waits for theirs (up to judge.wait_s), then asks the judge worker to score them all (an
+extra task, numbered after the plan's steps). The client gets the best-scored answer; every score
+goes to the reward logger as feedback (`Rate`). A judge that fails or answers nonsense leaves the
+client its own candidate's answer.
 """
 
 from __future__ import annotations
@@ -19,9 +26,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from baton.v1 import common_pb2, requests_pb2, responses_pb2, tasks_pb2, workflow_pb2
+from baton.v1 import common_pb2, feedback_pb2, requests_pb2, responses_pb2, tasks_pb2, workflow_pb2
 from baton_platform.config import CONDUCTOR, BatonConfig
 from baton_workflow import Plan, from_proto, query_text, readable_steps, ready_steps, step_messages
+
+from baton_synthesizer.judge import best, judge_messages, parse_scores
 
 
 @dataclass(frozen=True)
@@ -34,6 +43,8 @@ class Dispatch:
 class Finish:
     response: responses_pb2.Response
     reply_partition: int
+    # An exploration candidate judged with its group: its outcome for the group's client candidate.
+    report: workflow_pb2.WorkflowEvent | None = None
 
 
 @dataclass(frozen=True)
@@ -51,6 +62,13 @@ class Return:
 
 
 @dataclass(frozen=True)
+class Rate:
+    """The judge's score of a candidate's answer, as feedback on its response."""
+
+    feedback: feedback_pb2.Feedback
+
+
+@dataclass(frozen=True)
 class Notify:
     """A non-final progress response, for clients that stream."""
 
@@ -58,7 +76,7 @@ class Notify:
     reply_partition: int
 
 
-Action = Dispatch | Replan | Finish | Return | Notify
+Action = Dispatch | Replan | Finish | Return | Rate | Notify
 
 
 def _tightest(*limits: float) -> float:
@@ -88,6 +106,13 @@ class Run:
     errors: dict[int, common_pb2.Error] = field(default_factory=dict)
     newly_done: list[int] = field(default_factory=list)
     finished: bool = False
+    # Judging an exploration group (on the client's candidate only): the others' outcomes by candidate
+    # number, when its own answer was ready, and the judge's reply or why there is none.
+    candidates: dict[int, workflow_pb2.CandidateFinished] = field(default_factory=dict)
+    ready_ms: int | None = None
+    judge_order: list[str] = field(default_factory=list)
+    judged: workflow_pb2.StepCompleted | None = None
+    judge_error: str = ""
 
     @property
     def conversation(self) -> list[dict[str, str]]:
@@ -101,6 +126,8 @@ class Workflows:
         self._step_timeout_ms = int(config.synthesizer.step_timeout_s * 1000)
         # A conductor step plans and runs a whole inner workflow: planning plus up to max_steps steps.
         self._conductor_timeout_ms = self._step_timeout_ms * (config.conductor.max_steps + 1)
+        judge = config.judge
+        self._judge_wait_ms = int(judge.wait_s * 1000) if judge and judge.wait_s else self._conductor_timeout_ms
         self.runs: dict[str, Run] = {}
         # Recently finished requests: a plan delivered again (the router re-read its input after a
         # crash) must not run a finished workflow a second time.
@@ -118,7 +145,21 @@ class Workflows:
         self.runs[rid] = run
         return run
 
+    def on_candidate(self, group_id: str, finished: workflow_pb2.CandidateFinished) -> Run | None:
+        """Another candidate of the group finished: the client's candidate keeps its outcome for the judge."""
+        run = self.runs.get(group_id)
+        if run is None or run.finished or not self._judges(run) or not 0 < finished.candidate < run.request.group_size:
+            return None
+        run.candidates[finished.candidate] = finished
+        return run
+
     def on_completed(self, request_id: str, completed: workflow_pb2.StepCompleted) -> Run | None:
+        run = self.runs.get(request_id)
+        if run is not None and not run.finished and self._judges(run) and completed.step == run.plan.steps:
+            if run.judged is None:
+                run.judged = completed
+                return run
+            return None
         run = self._current(request_id, completed.step, completed.attempt)
         if run is None:
             return None
@@ -128,6 +169,12 @@ class Workflows:
         return run
 
     def on_failed(self, request_id: str, failed: workflow_pb2.StepFailed) -> Run | None:
+        run = self.runs.get(request_id)
+        if run is not None and not run.finished and self._judges(run) and failed.step == run.plan.steps:
+            if run.judged is None and not run.judge_error:
+                run.judge_error = f"the judge failed: {failed.error.message}"
+                return run
+            return None
         run = self._current(request_id, failed.step, failed.attempt)
         if run is None:
             return None
@@ -174,7 +221,8 @@ class Workflows:
                 code="step_failed",
                 message=f"step {step + 1} ({run.workers[step]}) failed: {error.message}"))]
         if len(run.done) == run.plan.steps:
-            return [self._finish(run, answer=run.done[run.plan.steps - 1].output)]
+            answer = run.done[run.plan.steps - 1].output
+            return self._judge(run, answer) if self._judges(run) else [self._finish(run, answer=answer)]
         ready = ready_steps(run.plan, set(run.done), run.started)
         over = self._over_budget(run, len(ready))
         if over:
@@ -210,6 +258,13 @@ class Workflows:
         out = []
         for run in list(self.runs.values()):
             if run.finished:
+                continue
+            if run.ready_ms is not None:
+                judge_late = run.plan.steps in run.dispatched_ms and now - run.dispatched_ms[run.plan.steps] > self._step_timeout_ms
+                if judge_late and run.judged is None and not run.judge_error:
+                    run.judge_error = f"the judge did not answer within {self._step_timeout_ms / 1000:g} s"
+                if judge_late or now - run.ready_ms > self._judge_wait_ms:
+                    out.append((run, self._decide(run)))
                 continue
             late = [i for i, t in run.dispatched_ms.items() if i not in run.done and now - t > self._timeout_ms(run, i)]
             if late:
@@ -295,7 +350,8 @@ class Workflows:
             inner.budget.max_cost_usd = max(max_cost - spent, 1e-9)
         return Replan(request=inner)
 
-    def _finish(self, run: Run, *, answer: str | None = None, error: common_pb2.Error | None = None) -> Finish | Return:
+    def _finish(self, run: Run, *, answer: str | None = None, error: common_pb2.Error | None = None,
+                judgement: responses_pb2.Judgement | None = None) -> Finish | Return:
         run.finished = True
         episode = responses_pb2.Episode(request=run.request, plan=run.plan_proto,
                                         latency_ms=float(self._clock() - run.request.created_unix_ms))
@@ -317,13 +373,24 @@ class Workflows:
                 record.inner_plan.CopyFrom(run.done[i].inner_plan)
         if run.request.HasField("parent"):
             return self._return(run, episode, answer, error)
+        if judgement is not None:
+            episode.judge.CopyFrom(judgement)
+            total.input_tokens += judgement.usage.input_tokens
+            total.output_tokens += judgement.usage.output_tokens
+            total.cost_usd += judgement.usage.cost_usd
+            total.calls += judgement.usage.calls
         response = responses_pb2.Response(request_id=run.request.request_id, episode=episode,
                                           completed_unix_ms=self._clock())
         if error is not None:
             response.error.CopyFrom(error)
         else:
             response.answer = answer or ""
-        return Finish(response=response, reply_partition=run.request.reply_partition)
+        report = None
+        if self._reports_to_group(run):
+            report = workflow_pb2.WorkflowEvent(request_id=run.request.group_id, candidate_finished=workflow_pb2.CandidateFinished(
+                request_id=run.request.request_id, candidate=run.request.candidate, answer=response.answer,
+                error=error))
+        return Finish(response=response, reply_partition=run.request.reply_partition, report=report)
 
     def _return(self, run: Run, episode: responses_pb2.Episode, answer: str | None,
                 error: common_pb2.Error | None) -> Return:
@@ -342,3 +409,68 @@ class Workflows:
                 error=common_pb2.Error(code=error.code, message=f"the corrective workflow failed: {error.message}"),
                 latency_ms=episode.latency_ms))
         return Return(event=event)
+
+    # -- judging -------------------------------------------------------------------------------
+
+    def _judges(self, run: Run) -> bool:
+        """Whether this run's answer is chosen by the judge: the client's candidate of an exploration group."""
+        return (self._config.synthesizer.group_answer == "judge" and run.request.group_size > 1
+                and run.request.candidate == 0 and not run.request.HasField("parent"))
+
+    def _reports_to_group(self, run: Run) -> bool:
+        return (self._config.synthesizer.group_answer == "judge" and run.request.group_size > 1
+                and run.request.candidate > 0 and not run.request.HasField("parent"))
+
+    def _judge(self, run: Run, own: str) -> list[Action]:
+        """The client's candidate is done: wait for the others, ask the judge, answer with the best."""
+        now = self._clock()
+        if run.ready_ms is None:
+            run.ready_ms = now
+        if run.judged is not None or run.judge_error:
+            return self._judged(run, own)
+        if run.plan.steps in run.dispatched_ms:
+            return []  # the judge is scoring
+        waited_out = now - run.ready_ms > self._judge_wait_ms
+        if len(run.candidates) < run.request.group_size - 1 and not waited_out:
+            return []
+        answers = [(run.request.request_id, own)] + [(c.request_id, c.answer) for _, c in sorted(run.candidates.items())
+                                                     if c.answer]
+        if len(answers) == 1:
+            run.judge_error = "no other candidate answered in time"
+            return self._judged(run, own)
+        run.judge_order = [rid for rid, _ in answers]
+        judge = self._config.worker(self._config.judge.worker)
+        step, rid = run.plan.steps, run.request.request_id
+        task = tasks_pb2.Task(
+            task_id=f"{rid}:{step}:1", request_id=rid, step=step, attempt=1, worker=judge.name,
+            messages=[common_pb2.ChatMessage(**m) for m in judge_messages(query_text(run.conversation),
+                                                                         [a for _, a in answers])],
+            deadline_unix_ms=run.request.deadline_unix_ms, query=query_text(run.conversation),
+            candidates=[a for _, a in answers])
+        run.workers[step] = judge.name
+        run.dispatched_ms[step] = now
+        return [Dispatch(provider=judge.provider, task=task)]
+
+    def _judged(self, run: Run, own: str) -> list[Action]:
+        """Finish with the answer the judge's scores choose (or the own one), and rate every candidate."""
+        judgement = responses_pb2.Judgement(worker=self._config.judge.worker, own_answer=own,
+                                            request_ids=run.judge_order or [run.request.request_id])
+        answers = {run.request.request_id: own} | {c.request_id: c.answer for c in run.candidates.values()}
+        rates: list[Action] = []
+        if run.judged is not None and not run.judge_error:
+            judgement.usage.CopyFrom(run.judged.usage)
+            try:
+                scores = parse_scores(run.judged.output, len(judgement.request_ids))
+            except ValueError as e:
+                judgement.error = str(e)
+            else:
+                judgement.scores.extend(scores)
+                judgement.chosen = best(scores)
+                now = self._clock()
+                rates = [Rate(feedback_pb2.Feedback(response_id=rid, score=score, source="judge", created_unix_ms=now,
+                                                    comment=f"scored by {judgement.worker} among {len(scores)} answers"))
+                         for rid, score in zip(judgement.request_ids, scores)]
+        else:
+            judgement.error = run.judge_error
+        answer = answers[judgement.request_ids[judgement.chosen]]
+        return rates + [self._finish(run, answer=answer, judgement=judgement)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,9 +18,22 @@ class Logged:
     request_id: str
 
 
-def read_episodes(root: str | Path, *, policy_backend: str = "policy") -> list[Logged]:
+def read_feedback(root: str | Path) -> dict[str, float]:
+    """The mean feedback score per response id (users' and the judge's), from the feedback/ directory."""
+    dataset = open_dataset(root)
+    if dataset is None:
+        return {}
+    scores: dict[str, list[float]] = {}
+    for r in dataset.to_table(columns=["response_id", "score"]).to_pylist():
+        scores.setdefault(r["response_id"], []).append(float(r["score"]))
+    return {rid: sum(s) / len(s) for rid, s in scores.items()}
+
+
+def read_episodes(root: str | Path, *, policy_backend: str = "policy",
+                  feedback: Mapping[str, float] | None = None) -> list[Logged]:
     """Graded episodes a `policy` conductor chose, with the action and propensity it logged.
-    `root` is the episodes/ directory or its URL (s3://bucket/prefix/episodes)."""
+    `root` is the episodes/ directory or its URL (s3://bucket/prefix/episodes). An episode without a
+    reference answer takes its quality from `feedback` (`read_feedback`), when it has some."""
     dataset = open_dataset(root)
     if dataset is None:
         return []
@@ -29,6 +43,8 @@ def read_episodes(root: str | Path, *, policy_backend: str = "policy") -> list[L
     out = []
     seen: set[str] = set()
     for r in table.to_pylist():
+        if r["quality"] is None and feedback:
+            r["quality"] = feedback.get(r["request_id"])
         if (r["plan_backend"] != policy_backend or r["quality"] is None or not r["plan_action"]
                 or not r["plan_propensity"] or r["plan_fallback"] or r["request_id"] in seen):
             continue

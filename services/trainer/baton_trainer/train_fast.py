@@ -20,7 +20,7 @@ from baton_platform.config import ConfigError, load_config
 
 from .fastpolicy import Policy
 from .gate import compare, greedy, uniform
-from .logged import read_episodes
+from .logged import read_episodes, read_feedback
 from .store import PolicyStore, announce_sync, local_copy, update
 from .workflows import single
 
@@ -44,7 +44,7 @@ def _config(args):
 def train_fast(args) -> dict:
     config = _config(args)
     steps = tqdm(total=4, desc="train-fast", unit="step", file=sys.stderr, disable=args.quiet)
-    logged = read_episodes(args.episodes)
+    logged = read_episodes(args.episodes, feedback=read_feedback(args.feedback) if args.feedback else None)
     steps.set_postfix_str(f"{len(logged)} episodes")
     steps.update()
     if len(logged) < args.min_episodes:
@@ -105,6 +105,9 @@ def main(argv: list[str] | None = None, command: str = "train-fast") -> int:
         parser.add_argument("--episodes", required=True,
                             help="the episode dataset (reward logger's episodes/): a directory or a URL "
                             "such as s3://bucket/prefix/episodes")
+        parser.add_argument("--feedback", default=None,
+                            help="the feedback/ dataset (users' and the judge's scores): the quality of episodes "
+                                 "that had no reference answer")
         parser.add_argument("--holdout", type=float, default=0.3, help="share of episodes held back for the gate")
         parser.add_argument("--min-episodes", type=int, default=50)
         parser.add_argument("--cost-weight", type=float, default=0.0)

@@ -34,18 +34,38 @@ class StepRecord(_message.Message):
     def __init__(self, step: _Optional[int] = ..., worker: _Optional[str] = ..., model: _Optional[str] = ..., attempt: _Optional[int] = ..., instruction: _Optional[str] = ..., output: _Optional[str] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., latency_ms: _Optional[float] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ..., inner_plan: _Optional[_Union[_workflow_pb2.Plan, _Mapping]] = ...) -> None: ...
 
 class Episode(_message.Message):
-    __slots__ = ("request", "plan", "steps", "total", "latency_ms")
+    __slots__ = ("request", "plan", "steps", "total", "latency_ms", "judge")
     REQUEST_FIELD_NUMBER: _ClassVar[int]
     PLAN_FIELD_NUMBER: _ClassVar[int]
     STEPS_FIELD_NUMBER: _ClassVar[int]
     TOTAL_FIELD_NUMBER: _ClassVar[int]
     LATENCY_MS_FIELD_NUMBER: _ClassVar[int]
+    JUDGE_FIELD_NUMBER: _ClassVar[int]
     request: _requests_pb2.ChatRequest
     plan: _workflow_pb2.Plan
     steps: _containers.RepeatedCompositeFieldContainer[StepRecord]
     total: _common_pb2.Usage
     latency_ms: float
-    def __init__(self, request: _Optional[_Union[_requests_pb2.ChatRequest, _Mapping]] = ..., plan: _Optional[_Union[_workflow_pb2.Plan, _Mapping]] = ..., steps: _Optional[_Iterable[_Union[StepRecord, _Mapping]]] = ..., total: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., latency_ms: _Optional[float] = ...) -> None: ...
+    judge: Judgement
+    def __init__(self, request: _Optional[_Union[_requests_pb2.ChatRequest, _Mapping]] = ..., plan: _Optional[_Union[_workflow_pb2.Plan, _Mapping]] = ..., steps: _Optional[_Iterable[_Union[StepRecord, _Mapping]]] = ..., total: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., latency_ms: _Optional[float] = ..., judge: _Optional[_Union[Judgement, _Mapping]] = ...) -> None: ...
+
+class Judgement(_message.Message):
+    __slots__ = ("worker", "request_ids", "scores", "chosen", "own_answer", "usage", "error")
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_IDS_FIELD_NUMBER: _ClassVar[int]
+    SCORES_FIELD_NUMBER: _ClassVar[int]
+    CHOSEN_FIELD_NUMBER: _ClassVar[int]
+    OWN_ANSWER_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    worker: str
+    request_ids: _containers.RepeatedScalarFieldContainer[str]
+    scores: _containers.RepeatedScalarFieldContainer[float]
+    chosen: int
+    own_answer: str
+    usage: _common_pb2.Usage
+    error: str
+    def __init__(self, worker: _Optional[str] = ..., request_ids: _Optional[_Iterable[str]] = ..., scores: _Optional[_Iterable[float]] = ..., chosen: _Optional[int] = ..., own_answer: _Optional[str] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., error: _Optional[str] = ...) -> None: ...
 
 class Progress(_message.Message):
     __slots__ = ("step", "steps", "worker", "state")

@@ -97,13 +97,27 @@ class StepFailed(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., step: _Optional[int] = ..., attempt: _Optional[int] = ..., worker: _Optional[str] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ..., retryable: _Optional[bool] = ..., latency_ms: _Optional[float] = ...) -> None: ...
 
 class WorkflowEvent(_message.Message):
-    __slots__ = ("request_id", "planned", "step_completed", "step_failed")
+    __slots__ = ("request_id", "planned", "step_completed", "step_failed", "candidate_finished")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     PLANNED_FIELD_NUMBER: _ClassVar[int]
     STEP_COMPLETED_FIELD_NUMBER: _ClassVar[int]
     STEP_FAILED_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATE_FINISHED_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     planned: WorkflowPlanned
     step_completed: StepCompleted
     step_failed: StepFailed
-    def __init__(self, request_id: _Optional[str] = ..., planned: _Optional[_Union[WorkflowPlanned, _Mapping]] = ..., step_completed: _Optional[_Union[StepCompleted, _Mapping]] = ..., step_failed: _Optional[_Union[StepFailed, _Mapping]] = ...) -> None: ...
+    candidate_finished: CandidateFinished
+    def __init__(self, request_id: _Optional[str] = ..., planned: _Optional[_Union[WorkflowPlanned, _Mapping]] = ..., step_completed: _Optional[_Union[StepCompleted, _Mapping]] = ..., step_failed: _Optional[_Union[StepFailed, _Mapping]] = ..., candidate_finished: _Optional[_Union[CandidateFinished, _Mapping]] = ...) -> None: ...
+
+class CandidateFinished(_message.Message):
+    __slots__ = ("request_id", "candidate", "answer", "error")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATE_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    candidate: int
+    answer: str
+    error: _common_pb2.Error
+    def __init__(self, request_id: _Optional[str] = ..., candidate: _Optional[int] = ..., answer: _Optional[str] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ...) -> None: ...
