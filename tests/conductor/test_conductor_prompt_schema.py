@@ -12,8 +12,8 @@ from baton_platform.config import (BatonConfig, ConductorConfig, OpenAIConductor
                                    VllmConductorConfig)
 from baton_router.conductor import ConductorOutputError, build_backend
 from baton_router.conductor.common import PlanPrompter
-from baton_router.conductor.prompt import DEFAULT_CARD, conductor_messages, question
-from baton_router.conductor.schema import (PlanBounds, parse_plan, plan_grammar, plan_json_schema, plan_model,
+from baton_conductor.prompt import DEFAULT_CARD, conductor_messages, question
+from baton_conductor.schema import (PlanBounds, parse_plan, plan_grammar, plan_json_schema, plan_model,
                                           subtask_limits)
 from baton_workflow import plan_problems
 from testbed import default_config_data

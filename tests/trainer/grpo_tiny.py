@@ -15,7 +15,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
-from baton_router.conductor.schema import render_plan
+from baton_conductor import render_plan
 
 SUBTASK = "Answer the question."
 PLAN_HEAD = '{"model_id": ['

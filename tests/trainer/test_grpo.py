@@ -16,8 +16,8 @@ from baton.v1 import common_pb2, requests_pb2
 
 from baton_platform.config import BatonConfig, load_config
 from baton_reward_logger.episodes import EPISODE_SCHEMA
-from baton_router.conductor.common import PlanPrompter
-from baton_router.conductor.schema import render_plan
+from baton_conductor import Prompter
+from baton_conductor import render_plan
 from baton_trainer.grpo_data import (OutcomeTable, build_prompts, load_training_data, outcomes_from_episodes,
                                      outcomes_from_matrix, query_key, read_episodes)
 from baton_trainer.grpo_reward import INVALID, RIGHT, UNKNOWN, WRONG, PlanOutcomeReward
@@ -158,7 +158,7 @@ def test_prompts_are_the_routers_own_and_only_for_queries_with_outcomes(config, 
     _, picked = matrix_slice
     assert [r["query"] for r in data.prompts.rows] == [r["prompt"] for r in picked]
     assert data.prompts.worker_names == NAMES and data.prompts.bounds.pool_size == 3
-    prompter = PlanPrompter(config)
+    prompter = Prompter(config)
     for row, r in zip(data.prompts.rows, picked):
         request = requests_pb2.ChatRequest(messages=[common_pb2.ChatMessage(role="user", content=r["prompt"])])
         assert row["prompt"] == prompter.messages(request)

@@ -1,7 +1,7 @@
 """What GRPO training of the LLM conductor reads: its prompts, and the logged outcome of every worker on
 every query.
 
-Prompts are built by the router's own prompt builder (`PlanPrompter`), for the worker pool of a Baton
+Prompts are built by the router's own prompt builder (`baton_conductor.Prompter`), for the worker pool of a Baton
 config, so the model is trained on exactly the text it is asked at serving time: workers appear by
 index, in the config's order.
 
@@ -31,8 +31,7 @@ from pathlib import Path
 from baton.v1 import common_pb2, requests_pb2
 from baton_graders import grade
 from baton_platform.config import BatonConfig, WorkerConfig
-from baton_router.conductor.common import PlanPrompter
-from baton_router.conductor.schema import PlanBounds
+from baton_conductor import PlanBounds, Prompter
 
 from .matrix import COST_CHARS, COST_TOTAL, OutcomeMatrix, group_key
 
@@ -279,7 +278,7 @@ def build_prompts(conversations: Iterable[Sequence[Mapping[str, str]]], config: 
     `spread_only`, so is a query on which every logged worker did equally well: such a query still
     teaches the plan format (and cost, with a cost weight), but not which worker to pick.
     """
-    prompter = PlanPrompter(config)
+    prompter = Prompter(config)
     rows: list[dict] = []
     seen: set[str] = set()
     for conversation in conversations:

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from baton_platform.config import CONDUCTOR
-from baton_router.conductor.schema import ConductorOutputError, PlanBounds, parse_plan
+from baton_conductor import ConductorOutputError, PlanBounds, parse_plan
 from baton_workflow import Plan, plan_problems
 
 from .grpo_data import OutcomeTable

@@ -18,57 +18,27 @@ distribution then is the masked one); 0.0 ("unknown") otherwise.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
 
-from baton.v1 import requests_pb2
-from baton_platform.config import CONDUCTOR, BatonConfig
+from baton_conductor import ConductorOutputError, PlanBounds, Prompter
 
 from baton_router.conductor.base import Proposal
-from baton_router.conductor.prompt import CONDUCTOR_CARD, cards_from, conductor_messages, conversation, inner_context
-from baton_router.conductor.schema import ConductorOutputError, PlanBounds, parse_plan
 
 
 class ConductorUnavailable(RuntimeError):
     """The backend cannot run here: a package or the model is missing."""
 
 
-class PlanPrompter:
-    """Builds the conductor's chat messages and reads its answers for one configured worker pool.
-
-    With recursion on (conductor.max_depth > 0) the pool's last model is the conductor itself, and
-    requests that re-plan a step (`ChatRequest.parent`) are inner calls: their prompt shows the
-    workflow so far, and their constraint (`inner_bounds`) also admits the empty plan."""
-
-    def __init__(self, config: BatonConfig) -> None:
-        conductor = config.conductor
-        self.max_depth = conductor.max_depth
-        recursive = [CONDUCTOR] if self.max_depth else []
-        self.worker_names = [w.name for w in config.workers] + recursive
-        self.cards = cards_from(config.workers) + ([CONDUCTOR_CARD] if recursive else [])
-        self.bounds = PlanBounds(len(self.worker_names), conductor.max_steps, conductor.max_subtask_chars)
-        self.inner_bounds = dataclasses.replace(self.bounds, allow_empty=True)
-        self._example = conductor.prompt_example
-        self._max_query_chars = conductor.max_query_chars
-
-    def bounds_for(self, request: requests_pb2.ChatRequest) -> PlanBounds:
-        return self.inner_bounds if request.HasField("parent") else self.bounds
-
-    def messages(self, request: requests_pb2.ChatRequest) -> list[dict[str, str]]:
-        inner = ""
-        if request.HasField("parent"):
-            inner = inner_context(request.parent, self.worker_names, self._max_query_chars,
-                                  may_recurse=request.parent.depth < self.max_depth)
-        return conductor_messages(conversation(request), self.cards, self.bounds, example=self._example,
-                                  max_query_chars=self._max_query_chars, inner=inner)
+class PlanPrompter(Prompter):
+    """The shared prompter, plus turning sampled text into a Proposal that keeps what was sampled."""
 
     def proposal(self, text: str, token_logprobs: Sequence[float], propensity: float,
                  policy_version: str, bounds: PlanBounds | None = None) -> Proposal:
         """The Proposal for `text`; ConductorOutputError (carrying the log-probs) when it is not a plan."""
         logprobs = [float(x) for x in token_logprobs]
         try:
-            plan = parse_plan(text, self.worker_names, bounds or self.bounds)
+            plan = self.parse(text, bounds)
         except ConductorOutputError as e:
             e.token_logprobs, e.propensity, e.policy_version = logprobs, propensity, policy_version
             raise

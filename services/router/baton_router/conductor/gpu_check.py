@@ -26,7 +26,7 @@ from pathlib import Path
 from baton.v1 import common_pb2, requests_pb2
 
 from baton_platform.config import BatonConfig
-from baton_router.conductor.prompt import EXAMPLE, SYSTEM
+from baton_conductor.prompt import EXAMPLE, SYSTEM
 from baton_workflow import plan_problems
 
 CHAT_TEMPLATE = (

@@ -20,7 +20,7 @@ from baton_platform.config import BatonConfig
 
 from baton_router.conductor.base import Proposal
 from baton_router.conductor.common import PlanPrompter, propensity_from
-from baton_router.conductor.schema import plan_json_schema
+from baton_conductor import plan_json_schema
 
 
 class ConductorServerError(RuntimeError):

@@ -36,7 +36,7 @@ from baton_platform.config import BatonConfig, TransformersConductorConfig
 
 from baton_router.conductor.base import Proposal
 from baton_router.conductor.common import ConductorUnavailable, PlanPrompter, propensity_from
-from baton_router.conductor.schema import plan_grammar, plan_json_schema
+from baton_conductor import plan_grammar, plan_json_schema
 
 log = logging.getLogger(__name__)
 

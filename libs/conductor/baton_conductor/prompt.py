@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from baton.v1 import requests_pb2
 from baton_workflow import query_text
 
-from baton_router.conductor.schema import PlanBounds, render_plan
+from baton_conductor.schema import PlanBounds, render_plan
 
 DEFAULT_CARD = "A general-purpose model."
 

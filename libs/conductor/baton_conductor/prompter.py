@@ -1,0 +1,47 @@
+"""The conductor's prompt and constraint for one configured worker pool, as the router asks and the
+trainer trains: both build them here, so the trained model sees exactly what it will be served."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from baton.v1 import requests_pb2
+from baton_platform.config import CONDUCTOR, BatonConfig
+from baton_workflow import Plan
+
+from baton_conductor.prompt import CONDUCTOR_CARD, cards_from, conductor_messages, conversation, inner_context
+from baton_conductor.schema import PlanBounds, parse_plan
+
+
+class Prompter:
+    """Builds the conductor's chat messages and reads its answers for one configured worker pool.
+
+    With recursion on (conductor.max_depth > 0) the pool's last model is the conductor itself, and
+    requests that re-plan a step (`ChatRequest.parent`) are inner calls: their prompt shows the
+    workflow so far, and their constraint (`inner_bounds`) also admits the empty plan."""
+
+    def __init__(self, config: BatonConfig) -> None:
+        conductor = config.conductor
+        self.max_depth = conductor.max_depth
+        recursive = [CONDUCTOR] if self.max_depth else []
+        self.worker_names = [w.name for w in config.workers] + recursive
+        self.cards = cards_from(config.workers) + ([CONDUCTOR_CARD] if recursive else [])
+        self.bounds = PlanBounds(len(self.worker_names), conductor.max_steps, conductor.max_subtask_chars)
+        self.inner_bounds = dataclasses.replace(self.bounds, allow_empty=True)
+        self._example = conductor.prompt_example
+        self._max_query_chars = conductor.max_query_chars
+
+    def bounds_for(self, request: requests_pb2.ChatRequest) -> PlanBounds:
+        return self.inner_bounds if request.HasField("parent") else self.bounds
+
+    def messages(self, request: requests_pb2.ChatRequest) -> list[dict[str, str]]:
+        inner = ""
+        if request.HasField("parent"):
+            inner = inner_context(request.parent, self.worker_names, self._max_query_chars,
+                                  may_recurse=request.parent.depth < self.max_depth)
+        return conductor_messages(conversation(request), self.cards, self.bounds, example=self._example,
+                                  max_query_chars=self._max_query_chars, inner=inner)
+
+    def parse(self, text: str, bounds: PlanBounds | None = None) -> Plan:
+        """The plan in `text`, with worker names; ConductorOutputError when it is not one."""
+        return parse_plan(text, self.worker_names, bounds or self.bounds)
