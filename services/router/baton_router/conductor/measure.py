@@ -1,5 +1,7 @@
 """Measure a model-backed conductor on real questions: load time, plans per second alone and batched,
 how many plans parse and how many pass the planner's validation, and what the plans look like.
+With recursion on, each question is then asked again as an inner call (the conductor named as a
+step) after a one-step workflow answered it: how often the conductor keeps that answer.
 
     python -m baton_router.conductor.measure --config config/baton.yaml --questions 16 \\
         --csv ../shared/data/routing/mmlu_pro_dev.csv --set transformers.temperature=0.7
@@ -25,10 +27,9 @@ from baton_router.conductor import ConductorOutputError, build_backend
 from baton_workflow import plan_problems
 
 
-def read_questions(path: Path, n: int, max_chars: int) -> list[str]:
+def read_questions(path: Path, n: int, max_chars: int) -> list[dict[str, str]]:
     with path.open(newline="") as f:
-        prompts = (row["prompt"] for row in csv.DictReader(f))
-        return [p for p in prompts if len(p) <= max_chars][:n]
+        return [row for row in csv.DictReader(f) if len(row["prompt"]) <= max_chars][:n]
 
 
 def with_overrides(config: BatonConfig, backend: str, sets: list[str]) -> BatonConfig:
@@ -51,7 +52,18 @@ def ask(i: int, text: str) -> requests_pb2.ChatRequest:
                                     messages=[common_pb2.ChatMessage(role="user", content=text)])
 
 
-async def measure(config: BatonConfig, questions: list[str], single: int, samples: int) -> dict:
+def inner_ask(i: int, row: dict[str, str], worker: str) -> requests_pb2.ChatRequest:
+    """The question as an inner call: one earlier step, on the pool's first worker, gave the reference answer."""
+    request = ask(i, row["prompt"])
+    answer = f"The answer is ({row['answer']})." if row.get("answer") else "I do not know."
+    request.parent.CopyFrom(requests_pb2.Parent(
+        request_id=f"q{i}", task_id=f"q{i}:1:1", step=1, attempt=1, depth=1, last_answer=answer,
+        steps=[requests_pb2.PriorStep(worker=worker, instruction="Answer the question.", output=answer)]))
+    return request
+
+
+async def measure(config: BatonConfig, rows: list[dict[str, str]], single: int, samples: int) -> dict:
+    questions = [r["prompt"] for r in rows]
     backend = build_backend(config)
     max_steps = config.conductor.max_steps
     started = time.perf_counter()
@@ -70,6 +82,15 @@ async def measure(config: BatonConfig, questions: list[str], single: int, sample
     t = time.perf_counter()
     batched = await asyncio.gather(*(one(i, q) for i, q in enumerate(questions)))
     batched_s = time.perf_counter() - t
+    inner = []
+    if config.conductor.max_depth:
+        async def one_inner(i: int, row: dict[str, str]):
+            try:
+                return await backend.propose(inner_ask(i, row, config.workers[0].name))
+            except ConductorOutputError as e:
+                return e
+
+        inner = await asyncio.gather(*(one_inner(i, r) for i, r in enumerate(rows)))
     await backend.aclose()
 
     parsed = [p for p in batched if not isinstance(p, Exception)]
@@ -94,11 +115,25 @@ async def measure(config: BatonConfig, questions: list[str], single: int, sample
         "distinct_subtasks": distinct_subtasks,
         "mean_tokens": round(sum(len(p.token_logprobs) for p in parsed) / max(len(parsed), 1), 1),
         "failures": [str(e)[:200] for e in batched if isinstance(e, Exception)],
+        "naming_the_conductor": sum("conductor" in p.plan.workers for p in parsed),
+        "inner_calls": _inner_summary(inner, backend.prompter.worker_names, max_steps) if inner else None,
         "samples": [{"question": q[:100], "workers": p.plan.workers, "subtasks": p.plan.subtasks,
                      "access": p.plan.access, "tokens": len(p.token_logprobs),
                      "logprob_sum": round(sum(p.token_logprobs), 2), "propensity": p.propensity}
                     for q, p in list(zip(questions, batched))[:samples] if not isinstance(p, Exception)],
     }
+
+
+def _inner_summary(inner: list, pool: list[str], max_steps: int) -> dict:
+    parsed = [p for p in inner if not isinstance(p, Exception)]
+    # As the planner judges an inner call at the depth limit: the empty plan is fine, the conductor is not.
+    valid = [p for p in parsed if not plan_problems(p.plan, pool, max_steps, allow_empty=True)
+             and "conductor" not in p.plan.workers]
+    return {"calls": len(inner), "parse_rate": round(len(parsed) / len(inner), 3),
+            "valid_share": round(len(valid) / len(inner), 3),
+            "kept_answer": sum(p.plan.steps == 0 for p in parsed),
+            "corrective_samples": [{"workers": p.plan.workers, "subtasks": p.plan.subtasks, "access": p.plan.access}
+                                   for p in parsed if p.plan.steps][:3]}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -114,8 +149,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="conductor setting, e.g. transformers.batch_size=8 (repeatable)")
     args = parser.parse_args(argv)
     config = with_overrides(load_config(args.config), args.backend, args.set)
-    questions = read_questions(args.csv, args.questions, args.max_chars)
-    print(json.dumps(asyncio.run(measure(config, questions, args.single, args.samples)), indent=2))
+    rows = read_questions(args.csv, args.questions, args.max_chars)
+    print(json.dumps(asyncio.run(measure(config, rows, args.single, args.samples)), indent=2))
 
 
 if __name__ == "__main__":
