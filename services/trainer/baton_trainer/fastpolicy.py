@@ -19,6 +19,15 @@ Two ways to learn:
   logging policy rarely chose for that action count as much as they would have under uniform
   exploration.
 
+With many actions the argmax over noisy heads favours whichever head happens to be
+over-optimistic for a query (the winner's curse), and routing on text can then do worse than
+always taking the best workflow. :meth:`Policy.fit_matrix` therefore measures, by grouped
+cross-validation on the training rows only, how far the heads should be trusted at each cost
+weight: values are ``mean_a + trust(W) * (quality_a(x) - mean_a) - W * cost_a / max_model_cost``
+with ``trust`` in [0, 1] (1 = plain heads, 0 = the best fixed workflow at that price). The
+table is stored with the policy; a policy saved without one uses trust 1. ``quality`` itself (and
+so the escalation ranking and panel reliability) is not shrunk.
+
 Rewards in [0, 1] are fitted as (possibly fractional) logistic targets; a wider reward range is
 rescaled to [0, 1] for fitting and mapped back for prediction.
 
@@ -43,6 +52,9 @@ from .matrix import OutcomeMatrix
 from .workflows import Outcomes, Workflow, crossfit_outcomes, fit_aggregators, single
 
 FORMAT_VERSION = 1
+
+TRUST_GRID = (0.0, 0.25, 0.5, 1.0)
+TRUST_COST_WEIGHTS = (0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0)
 
 
 @dataclass(frozen=True)
@@ -157,6 +169,63 @@ def oof_model_quality(
     return out
 
 
+def grouped_folds(prompts: Sequence[str], folds: int, seed: int = 0) -> np.ndarray:
+    """Fold id per row; rows with the same question (see :func:`matrix.group_key`) share a fold.
+    Groups are dealt round-robin in a seeded hash order, so folds have near-equal group counts."""
+    import hashlib
+
+    from .matrix import group_key
+
+    keys = [group_key(p) for p in prompts]
+    order = sorted(set(keys), key=lambda k: hashlib.sha256(f"{seed}:{k}".encode()).hexdigest())
+    fold_of_key = {k: i % folds for i, k in enumerate(order)}
+    return np.array([fold_of_key[k] for k in keys], dtype=int)
+
+
+def tune_trust(
+    quality: np.ndarray,
+    scores: np.ndarray,
+    costs: np.ndarray,
+    fold_of: np.ndarray,
+    cost_scale: float,
+    cost_weights: Sequence[float] = TRUST_COST_WEIGHTS,
+    grid: Sequence[float] = TRUST_GRID,
+) -> list[float]:
+    """Trust in the text heads per cost weight, from out-of-fold head predictions ``quality``
+    [n, A] and the realised ``scores``/``costs`` [n, A] of every action on the same rows.
+
+    For each W the reward of the greedy choice is measured for each trust level (the action
+    means and costs come from the other folds, as they would at fitting time). The largest trust
+    whose mean reward is within one standard error (of the paired per-row difference) of the best
+    level is kept: full trust unless the data show that shrinking is better."""
+    n, _ = quality.shape
+    rows = np.arange(n)
+    q_bar = np.zeros_like(quality)
+    c_bar = np.zeros_like(quality)
+    for f in np.unique(fold_of):
+        held, rest = fold_of == f, fold_of != f
+        q_bar[held] = scores[rest].mean(0)
+        c_bar[held] = costs[rest].mean(0)
+    out = []
+    for W in cost_weights:
+        rewards = []
+        for lam in grid:
+            pick = np.argmax(q_bar + lam * (quality - q_bar) - W * c_bar / cost_scale, axis=1)
+            rewards.append(scores[rows, pick] - W * costs[rows, pick] / cost_scale)
+        means = np.array([r.mean() for r in rewards])
+        best = int(np.argmax(means))
+        chosen = best
+        for j in sorted(range(len(grid)), key=lambda j: -grid[j]):
+            if grid[j] <= grid[best]:
+                break
+            d = rewards[j] - rewards[best]
+            if d.mean() >= -d.std(ddof=1) / np.sqrt(n):
+                chosen = j
+                break
+        out.append(float(grid[chosen]))
+    return out
+
+
 @dataclass
 class Policy:
     featurizer: TextFeaturizer
@@ -168,6 +237,10 @@ class Policy:
     epsilon: float = 0.0
     aggregators: dict[tuple, PanelAggregator] = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
+    # Shrinkage of the heads towards the mean training quality per action, by cost weight
+    # (see the module docstring); None = trust the heads fully (policies saved without it).
+    prior_quality: np.ndarray | None = None  # [A] mean training quality per action
+    trust: dict | None = None  # {"cost_weights": [...], "trust": [...]}
 
     # ------------------------------------------------------------------ construction
 
@@ -184,10 +257,13 @@ class Policy:
         n_features_log2: int = 16,
         outcomes: Outcomes | None = None,
         panel_reliability: bool = False,
+        tune_trust_folds: int = 3,
     ) -> Policy:
         """Fit on a full-information outcome matrix. Learned panels are scored out of fold
         for the value heads; with ``panel_reliability`` their aggregators also see each
-        member's text-predicted chance of being right (out-of-fold on the training rows)."""
+        member's text-predicted chance of being right (out-of-fold on the training rows).
+        ``tune_trust_folds`` (0 = off) sets the grouped cross-validation folds that measure how
+        far the heads are trusted at each cost weight (see :func:`tune_trust`)."""
         from .workflows import candidate_workflows
 
         workflows = list(workflows) if workflows is not None else candidate_workflows(matrix)
@@ -200,14 +276,35 @@ class Policy:
         X = featurizer.transform(matrix.prompts, matrix.eval_names)
         value_model = ValueModel(len(workflows), featurizer.dim, C).fit_full(X, outcomes.scores)
         model_costs = matrix.costs.mean(0)
+        cost_scale = float(model_costs.max()) if model_costs.max() > 0 else 1.0
+        trust = None
+        if tune_trust_folds >= 2 and len(workflows) > 1:
+            fold_of = grouped_folds(matrix.prompts, tune_trust_folds, seed)
+            if len(np.unique(fold_of)) >= 2:
+                oof = np.zeros_like(outcomes.scores)
+                for f in np.unique(fold_of):
+                    held, rest = np.flatnonzero(fold_of == f), np.flatnonzero(fold_of != f)
+                    p_rest = [matrix.prompts[i] for i in rest]
+                    e_rest = [matrix.eval_names[i] for i in rest]
+                    feat = TextFeaturizer(n_features_log2).fit(p_rest, e_rest)
+                    vm = ValueModel(len(workflows), feat.dim, C).fit_full(feat.transform(p_rest, e_rest), outcomes.scores[rest])
+                    oof[held] = vm.predict(feat.transform([matrix.prompts[i] for i in held], [matrix.eval_names[i] for i in held]))
+                weights = sorted(set(TRUST_COST_WEIGHTS) | {float(cost_weight)})
+                trust = {
+                    "cost_weights": weights,
+                    "trust": tune_trust(oof, outcomes.scores, outcomes.costs, fold_of, cost_scale, weights),
+                    "folds": int(tune_trust_folds),
+                }
         policy = cls(
             featurizer=featurizer,
             workflows=list(workflows),
             value_model=value_model,
             mean_costs=outcomes.costs.mean(0),
-            cost_scale=float(model_costs.max()) if model_costs.max() > 0 else 1.0,
+            cost_scale=cost_scale,
             cost_weight=cost_weight,
             aggregators=fit_aggregators(matrix, workflows, reliability=reliability),
+            prior_quality=outcomes.scores.mean(0) if trust is not None else None,
+            trust=trust,
             meta={
                 "trained_on": "matrix",
                 "n_train": len(matrix),
@@ -293,7 +390,20 @@ class Policy:
     ) -> np.ndarray:
         W = self.cost_weight if cost_weight is None else cost_weight
         q = self.quality(prompts, eval_names) if quality is None else quality
+        lam = self.trust_at(W)
+        if lam < 1.0 and self.prior_quality is not None:
+            q = self.prior_quality[None, :] + lam * (q - self.prior_quality[None, :])
         return q - W * self.mean_costs[None, :] / self.cost_scale
+
+    def trust_at(self, cost_weight: float) -> float:
+        """Trust in the text heads at this cost weight: the tuned value at the nearest tuned
+        weight below or equal (1.0 when the policy has no table)."""
+        if not self.trust or self.prior_quality is None:
+            return 1.0
+        ws = np.asarray(self.trust["cost_weights"], dtype=float)
+        ts = np.asarray(self.trust["trust"], dtype=float)
+        j = int(np.searchsorted(ws, float(cost_weight) + 1e-12, side="right")) - 1
+        return float(ts[max(j, 0)])
 
     def reliability(
         self, prompts: Sequence[str], eval_names: Sequence[str | None] | None = None, quality: np.ndarray | None = None
@@ -385,6 +495,8 @@ class Policy:
             "value_intercept": self.value_model.intercept,
             "mean_costs": np.asarray(self.mean_costs, dtype=float),
         }
+        if self.prior_quality is not None:
+            arrays["prior_quality"] = np.asarray(self.prior_quality, dtype=float)
         aggs = []
         for i, (workers, agg) in enumerate(self.aggregators.items()):
             prefix = f"agg{i}_"
@@ -402,6 +514,8 @@ class Policy:
             "aggregators": aggs,
             "meta": self.meta,
         }
+        if self.trust is not None:
+            config["trust"] = self.trust
         (out / "policy.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
         np.savez_compressed(out / "arrays.npz", **arrays)
         return out
@@ -434,4 +548,6 @@ class Policy:
             epsilon=float(config["epsilon"]),
             aggregators=aggregators,
             meta=config.get("meta", {}),
+            prior_quality=arrays.get("prior_quality"),
+            trust=config.get("trust"),
         )

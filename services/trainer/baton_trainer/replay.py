@@ -188,6 +188,7 @@ def run_replay(
         "train_crossfit_accuracy": {
             k: v for k, v in policy.meta.get("train_quality", {}).items() if k in {w.name for w in policy.workflows if w.kind != "single"}
         },
+        "value_trust": policy.trust,
         "escalation": escalation_curve(policy, quality, outcomes, strong, quality_target),
         "frontier": [policy_point(policy, quality, outcomes, w) for w in sorted(set(frontier) | {cost_weight})],
         "timing_s": {"train": _r(train_s, 2), "evaluate": _r(time.monotonic() - t1, 2)},
