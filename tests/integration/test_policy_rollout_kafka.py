@@ -13,10 +13,10 @@ from faststream import TestApp
 
 from baton_platform import topics
 from baton_router.main import create_app
-from baton_trainer.fastpolicy import Episode, Policy
+from baton_policy.fastpolicy import Episode, Policy
 from baton_trainer.store import PolicyStore, announce, update
 from baton_trainer.train_fast import rollback
-from baton_trainer.workflows import single
+from baton_policy.workflows import single
 from baton_platform.config import load_config
 from integration.helpers import Tap, ensure_topics, publish, tracer
 

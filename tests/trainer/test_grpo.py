@@ -21,7 +21,7 @@ from baton_conductor import render_plan
 from baton_trainer.grpo_data import (OutcomeTable, build_prompts, load_training_data, outcomes_from_episodes,
                                      outcomes_from_matrix, query_key, read_episodes)
 from baton_trainer.grpo_reward import INVALID, RIGHT, UNKNOWN, WRONG, PlanOutcomeReward
-from baton_trainer.matrix import from_rows, read_rows
+from baton_policy.matrix import from_rows, read_rows
 from testbed import MMLU_PRO, default_config_data
 
 # Matrix columns of the default config's workers, in pool order (gemini-pro, gemini-flash, llama-70b).

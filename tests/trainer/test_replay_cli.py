@@ -9,7 +9,7 @@ import pytest
 from trainer_synth import make_rows, write_csv
 
 from baton_trainer import replay, split
-from baton_trainer.matrix import group_key, load_matrix
+from baton_policy.matrix import group_key, load_matrix
 from baton_trainer.split import split_indices
 from testbed import MMLU_PRO
 

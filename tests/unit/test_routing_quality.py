@@ -6,9 +6,9 @@ import json
 
 import numpy as np
 
-from baton_trainer.fastpolicy import Policy, grouped_folds, tune_trust
-from baton_trainer.matrix import from_rows
-from baton_trainer.workflows import single
+from baton_policy.fastpolicy import Policy, grouped_folds, tune_trust
+from baton_policy.matrix import from_rows
+from baton_policy.workflows import single
 
 
 def test_grouped_folds_keep_a_question_on_one_side():

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .fastpolicy import Episode
+from baton_policy.fastpolicy import Episode
 
 # The probability that a policy takes the logged action of an episode (1 or 0 for a greedy policy).
 ActionProbability = Callable[[Episode], float]

@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from baton_platform.config import ConfigError, load_config
 
-    from .matrix import load_matrix
+    from baton_policy.matrix import load_matrix
 
     if not args.episodes and not args.matrix:
         print(json.dumps({"error": "give --episodes, --matrix, or both"}))

@@ -7,8 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from baton_policy.fastpolicy import Episode
+
 from .episode_dataset import open_dataset
-from .fastpolicy import Episode
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import json
 from collections import defaultdict
 from collections.abc import Sequence
 
-from .matrix import group_key, read_rows
+from baton_policy.matrix import group_key, read_rows
 
 
 def split_indices(prompts: Sequence[str], test_share: float = 0.3, seed: int = 0) -> tuple[list[int], list[int]]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -14,18 +13,6 @@ from baton.v1 import policy_pb2
 from baton_platform import topics
 from baton_platform.config import KafkaConfig
 from baton_platform.kafka import client_options
-
-
-def local_copy(uri: str) -> Path:
-    """A local directory holding the policy at `uri` (a path, file:// or any fsspec URL)."""
-    if "://" not in uri or uri.startswith("file://"):
-        return Path(uri.removeprefix("file://"))
-    import fsspec
-
-    target = Path(tempfile.mkdtemp(prefix="baton-policy-"))
-    fs, path = fsspec.core.url_to_fs(uri)
-    fs.get(path.rstrip("/") + "/", str(target), recursive=True)
-    return target
 
 
 class PolicyStore:

@@ -17,12 +17,13 @@ from pathlib import Path
 from tqdm import tqdm
 
 from baton_platform.config import ConfigError, load_config
+from baton_policy import local_copy
+from baton_policy.fastpolicy import Policy
+from baton_policy.workflows import single
 
-from .fastpolicy import Policy
 from .gate import compare, greedy, uniform
 from .logged import read_episodes, read_feedback
-from .store import PolicyStore, announce_sync, local_copy, update
-from .workflows import single
+from .store import PolicyStore, announce_sync, update
 
 
 def _held_back(request_id: str, share: float) -> bool:

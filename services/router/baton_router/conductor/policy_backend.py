@@ -29,7 +29,7 @@ COMBINE = "Several answers to the question are above. Give the answer most of th
 class Loaded:
     version: str
     uri: str
-    policy: object  # baton_trainer.fastpolicy.Policy; imported lazily (numpy/scikit-learn)
+    policy: object  # baton_policy.fastpolicy.Policy; imported lazily (numpy/scikit-learn)
 
 
 class PolicyConductor:
@@ -53,8 +53,8 @@ class PolicyConductor:
 
     def load(self, uri: str, version: str) -> None:
         """Load a published policy and serve it from the next request on."""
-        from baton_trainer.fastpolicy import Policy
-        from baton_trainer.store import local_copy
+        from baton_policy.fastpolicy import Policy
+        from baton_policy import local_copy
 
         policy = Policy.load(local_copy(uri))
         missing = sorted({m for w in policy.workflows for m in w.workers} - set(self._by_model))
