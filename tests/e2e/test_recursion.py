@@ -81,3 +81,16 @@ def test_a_conductor_step_runs_a_corrective_workflow_that_sees_the_workflow_so_f
     # Only the user's request is an episode: the inner workflow lives inside its conductor step.
     assert not any(r["request_id"].startswith(request_id + ":") for r in
                    ds.dataset(stack.dataset_dir / "episodes", format="parquet", partitioning="hive").to_table().to_pylist())
+
+
+def test_the_demo_shows_each_plan_and_the_conductors_correction(stack):
+    from baton_devtools.demo import run_demo
+
+    lines = []
+    summary = run_demo(stack.base_url, stack.config, count=2, out=lines.append)
+    text = "\n".join(lines)
+    assert summary["questions"] == 2 and summary["calls"] == 6
+    assert "1. gemini-flash: \"Solve it.\" (reads nothing)" in text
+    assert "3. conductor: \"Check the answer.\" (reads 1)" in text
+    assert "the conductor corrected it with:\n        1. local-llm: \"Correct the answer if needed.\"" in text
+    assert text.count("    step 3: conductor") == 2

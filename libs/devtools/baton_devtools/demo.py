@@ -35,6 +35,31 @@ def _letter(text: str) -> str:
     return m.group(1) if m else ""
 
 
+def _plan_lines(plan: dict, indent: str) -> list[str]:
+    lines = []
+    for k, s in enumerate(plan["steps"], 1):
+        reads = "all" if s["access"] == "all" else ", ".join(str(j + 1) for j in s["access"]) or "nothing"
+        lines.append(f"{indent}{k}. {s['worker']}: \"{s['instruction']}\" (reads {reads})")
+    return lines
+
+
+def describe(info: dict) -> list[str]:
+    """The workflow behind one answer (the gateway's `baton` field): the plan, then each step as it ran,
+    with the inner plan of a conductor step (none: it kept the answer)."""
+    plan = info["plan"]
+    lines = [f"    plan by the {plan['backend']} conductor{' (invalid: safe plan used)' if plan['fallback'] else ''}:"]
+    lines += _plan_lines(plan, "      ")
+    for s in info["steps"]:
+        lines.append(f"    step {s['step'] + 1}: {s['worker']:<14} {s['model']:<30} tokens {s['input_tokens']:>4} in / "
+                     f"{s['output_tokens']:>4} out   ${s['cost_usd']:.6f}   {s['latency_ms']:.0f} ms")
+        if "inner_plan" in s:
+            inner = _plan_lines(s["inner_plan"], "        ")
+            lines += ["      the conductor corrected it with:", *inner] if inner else ["      the conductor kept the answer"]
+        if "error" in s:
+            lines.append(f"      failed: {s['error']}")
+    return lines
+
+
 def run_demo(base_url: str, config: BatonConfig, count: int = 8, api_key: str = "none", out=print) -> dict:
     client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=120)
     models = [m.id for m in client.models.list().data]
@@ -61,13 +86,8 @@ def run_demo(base_url: str, config: BatonConfig, count: int = 8, api_key: str = 
         latencies.append(elapsed)
         prompt = " ".join(q["prompt"].split())
         out(f"[{i}] {q.get('topic', '')}  {prompt[:110]}{'...' if len(prompt) > 110 else ''}")
-        plan = info["plan"]
-        out(f"    plan by the {plan['backend']} conductor{' (invalid: safe plan used)' if plan['fallback'] else ''}:")
-        for k, s in enumerate(plan["steps"], 1):
-            reads = "all" if s["access"] == "all" else ", ".join(str(j + 1) for j in s["access"]) or "nothing"
-            out(f"      {k}. {s['worker']}: \"{s['instruction']}\" (reads {reads})")
-            out(f"    step {s['step'] + 1}: {s['worker']:<14} {s['model']:<30} tokens {s['input_tokens']:>4} in / "
-                f"{s['output_tokens']:>4} out   ${s['cost_usd']:.6f}   {s['latency_ms']:.0f} ms")
+        for line in describe(info):
+            out(line)
         mark = ("right" if ok else f"wrong, reference {q['answer']}") if q["answer"] else "no reference"
         out(f"    answer: {answer}   ({mark}; {elapsed * 1000:.0f} ms end to end)\n")
     n = len(results)
