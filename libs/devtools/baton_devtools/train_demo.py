@@ -115,7 +115,8 @@ def run_train_demo(run_dir: Path, n_train: int = 500, n_fresh: int = 200, out=pr
 
         version = time.strftime("v%H%M%S")
         trained = train_fast(Namespace(config=str(cfg), store=str(run_dir / "policies"), name="baton",
-                                       episodes=str(stack.dataset_dir / "episodes"), holdout=0.3, min_episodes=50,
+                                       episodes=str(stack.dataset_dir / "episodes"),
+                                       feedback=str(stack.dataset_dir / "feedback"), holdout=0.3, min_episodes=50,
                                        cost_weight=0.0, version=version, publish=True, quiet=False,
                                        bootstrap_servers=stack.bootstrap_servers))
         gate = trained["gate"]
