@@ -11,22 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import re
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
 
-import httpx
 import yaml
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from baton.v1 import workflow_pb2
 
+from baton_devtools.executors import ExecutorProcs, StepResults, sustained_rate
 from baton_devtools.kafka import acreate_topics
-from baton_devtools.stack import free_port
 from baton_devtools.traffic import make_task, offer
 from baton_devtools.standins import standin_stats
 from baton_platform import topics
@@ -37,9 +30,6 @@ WORKER = "limited"
 # On a fresh broker the first group commit waits for the offsets topic to be created; aiokafka
 # retries that on its own but logs every try, which would bury the benchmark's progress lines.
 logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
-
-_SHARE = re.compile(r"^baton_executor_limit_share\{[^}]*\} ([0-9.e+-]+)$", re.M)
-
 
 def executor_config(path: Path, base_url: str, bootstrap: str, limit_per_s: float, partitions: int) -> Path:
     data = {
@@ -52,62 +42,6 @@ def executor_config(path: Path, base_url: str, bootstrap: str, limit_per_s: floa
     }
     path.write_text(yaml.safe_dump(data))
     return path
-
-
-class Executors:
-    """N executor processes of one provider; their limit shares are read from /metrics."""
-
-    def __init__(self, config: Path, bootstrap: str, log_dir: Path) -> None:
-        self.config, self.bootstrap, self.log_dir = config, bootstrap, log_dir
-        self.procs: list[tuple[subprocess.Popen, int]] = []
-
-    def start(self, count: int) -> None:
-        env = {**os.environ, "BATON_CONFIG": str(self.config), "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap,
-               "OTEL_TRACES_EXPORTER": "none"}
-        for _ in range(count):
-            port = free_port()
-            with open(self.log_dir / f"limits-executor-{len(self.procs)}.log", "ab") as log:
-                proc = subprocess.Popen([sys.executable, "-m", "baton_executor.main", "--provider", PROVIDER,
-                                         "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, start_new_session=True)
-            self.procs.append((proc, port))
-
-    def shares(self) -> list[float]:
-        out = []
-        for proc, port in self.procs:
-            if proc.poll() is not None:
-                raise RuntimeError(f"an executor exited (status {proc.returncode}); logs in {self.log_dir}")
-            try:
-                text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2, trust_env=False).text
-            except httpx.HTTPError:
-                out.append(0.0)
-                continue
-            m = _SHARE.search(text)
-            out.append(float(m.group(1)) if m else 0.0)
-        return out
-
-    def wait_balanced(self, timeout: float = 90) -> list[float]:
-        """Until every replica holds a share, the shares add up to the whole, and they stay put for 1 s."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            shares = self.shares()
-            if shares and all(s > 0 for s in shares) and abs(sum(shares) - 1) < 1e-6:
-                time.sleep(1.0)
-                if self.shares() == shares:
-                    return shares
-            time.sleep(0.3)
-        raise TimeoutError(f"executors never balanced: shares {self.shares()}")
-
-    def stop(self) -> None:
-        for proc, _ in self.procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc, _ in self.procs:
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
 
 
 async def skip_backlog(bootstrap: str) -> None:
@@ -125,55 +59,6 @@ async def skip_backlog(bootstrap: str) -> None:
         await consumer.stop()
 
 
-class Results:
-    """StepCompleted/StepFailed records on baton.workflow from its current end, with broker timestamps."""
-
-    def __init__(self, bootstrap: str) -> None:
-        self.bootstrap = bootstrap
-        self.consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
-        self.completed: dict[str, int] = {}
-        self.failed: dict[str, int] = {}
-
-    async def start(self) -> None:
-        await self.consumer.start()
-        ids = await partition_ids({"bootstrap_servers": self.bootstrap}, topics.WORKFLOW)
-        tps = [TopicPartition(topics.WORKFLOW, p) for p in ids]
-        self.consumer.assign(tps)
-        await self.consumer.seek_to_end(*tps)
-        for tp in tps:
-            await self.consumer.position(tp)
-
-    async def collect(self, wanted: set[str], timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not wanted <= (self.completed.keys() | self.failed.keys()):
-            batch = await self.consumer.getmany(timeout_ms=500)
-            for records in batch.values():
-                for r in records:
-                    event = workflow_pb2.WorkflowEvent.FromString(r.value)
-                    kind = event.WhichOneof("event")
-                    if kind == "step_completed":
-                        self.completed.setdefault(event.step_completed.task_id, r.timestamp)
-                    elif kind == "step_failed":
-                        self.failed.setdefault(event.step_failed.task_id, r.timestamp)
-
-    async def stop(self) -> None:
-        await self.consumer.stop()
-
-
-def sustained_rate(stamps_ms: list[int]) -> float | None:
-    """Completions per second between the 10th and 80th percentile of completion times.
-
-    The ends are left out: the first completions come while replicas start pulling, and at the end
-    partitions that held fewer tasks run dry, leaving the others to finish alone.
-    """
-    stamps = sorted(stamps_ms)
-    if len(stamps) < 20:
-        return None
-    lo, hi = len(stamps) // 10, len(stamps) * 8 // 10
-    span = (stamps[hi] - stamps[lo]) / 1000
-    return (hi - lo) / span if span > 0 else None
-
-
 async def run_limits(bootstrap: str, standin_url: str, replica_counts: list[int], *, limit_per_s: float,
                      window_s: float, offered_s: float, overload: float, partitions: int, work_dir: Path,
                      log_dir: Path, echo, emit) -> list[dict]:
@@ -183,7 +68,7 @@ async def run_limits(bootstrap: str, standin_url: str, replica_counts: list[int]
     await acreate_topics(bootstrap, counts, config=configs)
     await skip_backlog(bootstrap)
     config = executor_config(work_dir / "limits.yaml", standin_url, bootstrap, limit_per_s, partitions)
-    executors = Executors(config, bootstrap, log_dir)
+    executors = ExecutorProcs(config, PROVIDER, bootstrap, log_dir, env={"OTEL_TRACES_EXPORTER": "none"})
     runs = []
     try:
         for replicas in replica_counts:
@@ -201,7 +86,7 @@ async def run_limits(bootstrap: str, standin_url: str, replica_counts: list[int]
 
 async def _measure(bootstrap: str, standin_url: str, shares: list[float], *, limit_per_s: float, offered_s: float,
                    overload: float, echo) -> dict:
-    results = Results(bootstrap)
+    results = StepResults(bootstrap)
     await results.start()
     try:
         before = standin_stats(standin_url)
@@ -218,8 +103,9 @@ async def _measure(bootstrap: str, standin_url: str, shares: list[float], *, lim
     finally:
         await results.stop()
     ids = {t.task_id for t in tasks}
-    done = [ts for tid, ts in results.completed.items() if tid in ids]
-    rate = sustained_rate(done)
+    done = {tid: ts for ts, tid in reversed(results.completed()) if tid in ids}  # each task's first result
+    failed = {tid for _, tid in results.failed() if tid in ids} - done.keys()
+    rate = sustained_rate(list(done.values()))
     return {
         "replicas": len(shares),
         "shares": shares,
@@ -227,8 +113,8 @@ async def _measure(bootstrap: str, standin_url: str, shares: list[float], *, lim
         "offered": len(tasks),
         "offered_rps": overload * limit_per_s,
         "completed": len(done),
-        "failed": len([tid for tid in results.failed if tid in ids]),
-        "lost": len(ids - results.completed.keys() - results.failed.keys()),
+        "failed": len(failed),
+        "lost": len(ids - done.keys() - failed),
         "observed_rps": round(rate, 2) if rate else None,
         "share_of_limit": round(rate / limit_per_s, 3) if rate else None,
         "rate_limited_429": after["rate_limited"] - before["rate_limited"],

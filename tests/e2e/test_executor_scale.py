@@ -14,7 +14,7 @@ from baton_devtools.kafka import acreate_topics
 from baton_devtools.standins import run_standin, standin_requests, standin_stats
 from baton_platform import topics
 from baton_devtools.traffic import make_task, offer
-from e2e.executors import ExecutorProcs, Results
+from baton_devtools.executors import ExecutorProcs, StepResults, sustained_rate
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kafka, pytest.mark.slow]
 
@@ -50,7 +50,7 @@ async def test_replicas_together_keep_the_providers_limit_at_three_times_the_loa
                      latency_ms=20) as base_url:
         procs = ExecutorProcs(executor_config(tmp_path, base_url, kafka_bootstrap), "openai_compatible",
                               kafka_bootstrap, tmp_path)
-        results = Results(kafka_bootstrap)
+        results = StepResults(kafka_bootstrap)
         await results.start()
         try:
             procs.start(replicas)
@@ -58,7 +58,7 @@ async def test_replicas_together_keep_the_providers_limit_at_three_times_the_loa
             seconds = 6
             tasks = [make_task(uuid.uuid4().hex, "limited", f"task {i}") for i in range(3 * LIMIT_PER_S * seconds)]
             await offer(kafka_bootstrap, "openai_compatible", tasks, rate=3 * LIMIT_PER_S)
-            await results.collect_until({t.task_id for t in tasks}, timeout=120)
+            await results.collect({t.task_id for t in tasks}, timeout=120)
             stats = standin_stats(base_url)
         finally:
             procs.stop()
@@ -66,12 +66,9 @@ async def test_replicas_together_keep_the_providers_limit_at_three_times_the_loa
     done = results.completed()
     assert {tid for _, tid in done} == {t.task_id for t in tasks}, "every request answered"
     assert stats["rate_limited"] == 0, f"429s seen: {stats}"
-    # The sustained rate while every replica still has a backlog: partitions hold slightly different
-    # numbers of tasks, so at the very end some replicas run dry and the rest finish alone.
-    stamps = sorted(ts for ts, _ in done)
-    lo, hi = len(stamps) // 10, len(stamps) * 8 // 10
-    rate = (hi - lo) / ((stamps[hi] - stamps[lo]) / 1000)
-    print(f"replicas={replicas}: {len(stamps)} calls at {rate:.2f}/s against a limit of {LIMIT_PER_S}/s "
+    # While every replica still has a backlog (see sustained_rate).
+    rate = sustained_rate([ts for ts, _ in done])
+    print(f"replicas={replicas}: {len(done)} calls at {rate:.2f}/s against a limit of {LIMIT_PER_S}/s "
           f"({rate / LIMIT_PER_S:.1%}); 429s: {stats['rate_limited']}")
     assert 0.90 * LIMIT_PER_S <= rate <= 1.05 * LIMIT_PER_S
 
@@ -84,7 +81,7 @@ async def test_a_replica_killed_mid_flight_loses_nothing_and_repeats_no_complete
         data["workers"][0]["limits"] = {"concurrency": 16}
         config.write_text(yaml.safe_dump(data))
         procs = ExecutorProcs(config, "openai_compatible", kafka_bootstrap, tmp_path)
-        results = Results(kafka_bootstrap)
+        results = StepResults(kafka_bootstrap)
         await results.start()
         try:
             procs.start(2)
@@ -92,11 +89,11 @@ async def test_a_replica_killed_mid_flight_loses_nothing_and_repeats_no_complete
             tasks = [make_task(uuid.uuid4().hex, "limited", f"task marker-{i:03d}") for i in range(48)]
             await offer(kafka_bootstrap, "openai_compatible", tasks, rate=200)
             # Let the first calls finish and others start, then kill a replica that has calls in flight.
-            await results.collect_until({tasks[0].task_id}, timeout=30)
+            await results.collect({tasks[0].task_id}, timeout=30)
             await asyncio.sleep(0.5)
             killed_at = time.time() * 1000
             procs.kill(0)
-            await results.collect_until({t.task_id for t in tasks}, timeout=120)
+            await results.collect({t.task_id for t in tasks}, timeout=120)
             calls = standin_requests(base_url)
         finally:
             procs.stop()

@@ -1,4 +1,5 @@
-"""Executor processes and task traffic for the scale tests, without the rest of the suite."""
+"""Executor replicas as processes, and the step results they publish: for the scale tests and the
+limits benchmark, which measure executors alone (tasks go straight to a provider's topic)."""
 
 from __future__ import annotations
 
@@ -18,49 +19,60 @@ from baton_devtools.stack import free_port
 from baton_platform import topics
 from baton_platform.kafka import partition_ids
 
+_SHARE = re.compile(r"^baton_executor_limit_share\{[^}]*\} ([0-9.e+-]+)$", re.M)
+
 
 class ExecutorProcs:
-    def __init__(self, config: Path, provider: str, bootstrap: str, log_dir: Path) -> None:
+    """N executor processes of one provider, in one consumer group; their limit shares come from /metrics."""
+
+    def __init__(self, config: Path, provider: str, bootstrap: str, log_dir: Path, env: dict[str, str] | None = None) -> None:
         self.config, self.provider, self.bootstrap, self.log_dir = config, provider, bootstrap, log_dir
+        self.env = env or {}
         self.procs: list[tuple[subprocess.Popen, int]] = []
+        self.killed: set[int] = set()
 
     def start(self, count: int) -> None:
+        env = {**os.environ, "BATON_CONFIG": str(self.config), "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap, **self.env}
         for _ in range(count):
             port = free_port()
-            env = {**os.environ, "BATON_CONFIG": str(self.config), "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap}
-            log = open(self.log_dir / f"executor-{len(self.procs)}.log", "ab")
-            proc = subprocess.Popen([sys.executable, "-m", "baton_executor.main", "--provider", self.provider,
-                                     "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+            with open(self.log_dir / f"executor-{self.provider}-{len(self.procs)}.log", "ab") as log:
+                proc = subprocess.Popen([sys.executable, "-m", "baton_executor.main", "--provider", self.provider,
+                                         "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=True)
             self.procs.append((proc, port))
 
     def shares(self) -> list[float]:
+        """Each live replica's share of the limits (0 until it has partitions); killed ones are left out."""
         out = []
-        for proc, port in self.procs:
-            if proc.poll() is not None:
+        for i, (proc, port) in enumerate(self.procs):
+            if i in self.killed:
                 continue
+            if proc.poll() is not None:
+                raise RuntimeError(f"executor {i} exited (status {proc.returncode}); logs in {self.log_dir}")
             try:
-                text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
+                text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2, trust_env=False).text
             except httpx.HTTPError:
                 out.append(0.0)
                 continue
-            m = re.search(r'^baton_executor_limit_share\{[^}]*\} ([0-9.e-]+)$', text, re.M)
+            m = _SHARE.search(text)
             out.append(float(m.group(1)) if m else 0.0)
         return out
 
-    def wait_balanced(self, timeout: float = 60) -> None:
-        """Until every live replica holds a share and the shares add up to the whole limit."""
+    def wait_balanced(self, timeout: float = 90) -> list[float]:
+        """Until every live replica holds a share, the shares add up to the whole, and they stay put for 1 s."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             shares = self.shares()
             if shares and all(s > 0 for s in shares) and abs(sum(shares) - 1) < 1e-6:
                 time.sleep(1.0)
                 if self.shares() == shares:
-                    return
+                    return shares
             time.sleep(0.3)
         raise TimeoutError(f"executors never balanced: shares {self.shares()}")
 
     def kill(self, index: int) -> None:
+        """SIGKILL one replica: no drain, no commit, as a crash."""
+        self.killed.add(index)
         os.killpg(self.procs[index][0].pid, signal.SIGKILL)
         self.procs[index][0].wait(10)
 
@@ -76,8 +88,8 @@ class ExecutorProcs:
                 proc.wait(5)
 
 
-class Results:
-    """Reads baton.workflow from its current end: every StepCompleted/StepFailed with its broker time."""
+class StepResults:
+    """Every StepCompleted/StepFailed on baton.workflow from its current end, with its broker time."""
 
     def __init__(self, bootstrap: str) -> None:
         self.bootstrap = bootstrap
@@ -93,7 +105,8 @@ class Results:
         for tp in tps:
             await self.consumer.position(tp)
 
-    async def collect_until(self, task_ids: set[str], timeout: float) -> None:
+    async def collect(self, task_ids: set[str], timeout: float) -> None:
+        """Read until every one of `task_ids` has a result, or `timeout` seconds pass."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and not task_ids <= self.done_ids():
             batch = await self.consumer.getmany(timeout_ms=500)
@@ -102,10 +115,28 @@ class Results:
                     self.events.append((r.timestamp, workflow_pb2.WorkflowEvent.FromString(r.value)))
 
     def completed(self) -> list[tuple[int, str]]:
+        """(broker time, task id) of every completion, duplicates included."""
         return [(ts, e.step_completed.task_id) for ts, e in self.events if e.WhichOneof("event") == "step_completed"]
 
+    def failed(self) -> list[tuple[int, str]]:
+        return [(ts, e.step_failed.task_id) for ts, e in self.events if e.WhichOneof("event") == "step_failed"]
+
     def done_ids(self) -> set[str]:
-        return {tid for _, tid in self.completed()}
+        return {tid for _, tid in self.completed() + self.failed()}
 
     async def stop(self) -> None:
         await self.consumer.stop()
+
+
+def sustained_rate(stamps_ms: list[int]) -> float | None:
+    """Completions per second between the 10th and 80th percentile of completion times.
+
+    The ends are left out: the first completions come while replicas start pulling, and at the end
+    partitions that held fewer tasks run dry, leaving the others to finish alone.
+    """
+    stamps = sorted(stamps_ms)
+    if len(stamps) < 20:
+        return None
+    lo, hi = len(stamps) // 10, len(stamps) * 8 // 10
+    span = (stamps[hi] - stamps[lo]) / 1000
+    return (hi - lo) / span if span > 0 else None
