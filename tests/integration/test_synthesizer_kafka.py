@@ -58,3 +58,80 @@ async def test_a_restart_mid_workflow_resumes_without_rerunning_completed_steps(
     response = responses_pb2.Response.FromString(resp.value)
     assert resp.partition == 2, "the response goes to the partition the asking gateway reads"
     assert response.answer == "FINAL" and [s.output for s in response.episode.steps] == ["DRAFT-OUTPUT", "FINAL"]
+
+
+async def test_a_restart_while_a_conductor_step_runs_resends_its_inner_request_and_takes_its_result(
+        kafka_bootstrap, write_config):
+    await ensure_topics(kafka_bootstrap)
+    config = config_for(write_config, kafka_bootstrap)
+    rid = uuid.uuid4().hex
+    request = requests_pb2.ChatRequest(request_id=rid, messages=[common_pb2.ChatMessage(role="user", content="Q")],
+                                       reply_partition=1)
+    plan = to_proto(Plan(workers=["gemini-flash", "conductor"], subtasks=["draft", "check"], access=[[], [0]]),
+                    backend="static")
+    planned = workflow_pb2.WorkflowEvent(request_id=rid, planned=workflow_pb2.WorkflowPlanned(request=request, plan=plan))
+
+    def inner(r):
+        return r.key == f"{rid}:1:1".encode()
+
+    async with Tap(kafka_bootstrap, topics.REQUESTS) as requests, Tap(kafka_bootstrap, topics.RESPONSES) as responses:
+        async with TestApp(create_app(config, tracer_provider=tracer())):
+            await publish(kafka_bootstrap, topics.WORKFLOW, rid, planned.SerializeToString())
+            await publish(kafka_bootstrap, topics.WORKFLOW, rid, completed(rid, 0, "DRAFT"))
+            (first,) = await requests.wait(inner)
+        async with TestApp(create_app(config, tracer_provider=tracer())):
+            # The new owner re-reads the workflow and asks the conductor again, with the same id.
+            again = await requests.wait(inner, count=2)
+            sent, resent = (requests_pb2.ChatRequest.FromString(r.value) for r in again)
+            assert resent.parent == sent.parent and resent.messages == sent.messages
+            assert sent.parent.last_answer == "DRAFT" and sent.parent.request_id == rid
+            # The router kept the answer: the parent's step completes with it.
+            kept = workflow_pb2.WorkflowEvent(request_id=rid, step_completed=workflow_pb2.StepCompleted(
+                task_id=f"{rid}:1:1", step=1, attempt=1, worker="conductor", output="DRAFT",
+                inner_plan=workflow_pb2.Plan(backend="static")))
+            await publish(kafka_bootstrap, topics.WORKFLOW, rid, kept.SerializeToString())
+            (resp,) = await responses.wait(lambda r: r.key == rid.encode())
+    response = responses_pb2.Response.FromString(resp.value)
+    assert response.answer == "DRAFT" and [s.worker for s in response.episode.steps] == ["gemini-flash", "conductor"]
+    assert response.episode.steps[1].HasField("inner_plan")
+
+
+async def test_a_restart_while_the_judge_scores_resends_the_judge_task_and_answers_with_the_best(
+        kafka_bootstrap, write_config):
+    await ensure_topics(kafka_bootstrap)
+    config = config_for(write_config, kafka_bootstrap, synthesizer={"group_answer": "judge"},
+                        judge={"worker": "gemini-pro"})
+    gid = uuid.uuid4().hex
+    plan = to_proto(Plan(workers=["gemini-flash"], subtasks=["answer"], access=[[]]), backend="static")
+
+    def planned(k):
+        rid = gid if k == 0 else f"{gid}.{k}"
+        request = requests_pb2.ChatRequest(request_id=rid, group_id=gid, candidate=k, group_size=2, reply_partition=1,
+                                           messages=[common_pb2.ChatMessage(role="user", content="Q")])
+        return rid, workflow_pb2.WorkflowEvent(request_id=rid, planned=workflow_pb2.WorkflowPlanned(
+            request=request, plan=plan)).SerializeToString()
+
+    def judge_task(r):
+        return r.key == gid.encode() and tasks_pb2.Task.FromString(r.value).step == 1
+
+    async with Tap(kafka_bootstrap, topics.tasks_topic("sim")) as tasks, \
+            Tap(kafka_bootstrap, topics.RESPONSES) as responses, Tap(kafka_bootstrap, topics.FEEDBACK) as feedback:
+        async with TestApp(create_app(config, tracer_provider=tracer())):
+            for k in (0, 1):
+                rid, event = planned(k)
+                await publish(kafka_bootstrap, topics.WORKFLOW, rid, event)
+                await publish(kafka_bootstrap, topics.WORKFLOW, rid, completed(rid, 0, f"answer {k}"))
+            (first,) = await tasks.wait(judge_task)
+            assert list(tasks_pb2.Task.FromString(first.value).candidates) == ["answer 0", "answer 1"]
+        async with TestApp(create_app(config, tracer_provider=tracer())):
+            # The group's reports are on the client candidate's partition: the judge is asked again, alike.
+            again = await tasks.wait(judge_task, count=2)
+            assert again[1].value == first.value
+            scored = workflow_pb2.WorkflowEvent(request_id=gid, step_completed=workflow_pb2.StepCompleted(
+                task_id=f"{gid}:1:1", step=1, attempt=1, output='{"scores": [3, 8]}'))
+            await publish(kafka_bootstrap, topics.WORKFLOW, gid, scored.SerializeToString())
+            (resp,) = await responses.wait(lambda r: r.key == gid.encode() and
+                                           responses_pb2.Response.FromString(r.value).WhichOneof("outcome") == "answer")
+            rates = await feedback.wait(lambda r: True, count=2)
+    assert responses_pb2.Response.FromString(resp.value).answer == "answer 1"
+    assert sorted(r.key for r in rates) == sorted([gid.encode(), f"{gid}.1".encode()])
