@@ -107,6 +107,7 @@ def test_validator_catches_a_broken_manifest():
         (("gateway.replicaCount=9",), "gateway may run 9 replicas"),
         (("router.gpu.enabled=false",), "vllm needs router.gpu.enabled=true"),
         (("router.conductor.backend=static",), "needs router.conductor.plan"),
+        (("synthesizer.config.groupAnswer=judge",), "needs judge.worker"),
         (("gateway.auth.existingSecret=",), "gateway.auth.existingSecret"),
     ],
 )

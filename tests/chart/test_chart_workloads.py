@@ -317,3 +317,17 @@ def test_recursion_settings_reach_the_configuration():
                                             "router.conductor.innerPlan.subtasks={Fix it.}",
                                             "router.conductor.innerPlan.access[0]=all")))
     assert config["conductor"]["inner_plan"] == {"workers": ["gpt-5"], "subtasks": ["Fix it."], "access": ["all"]}
+
+
+def test_exploration_and_the_judge_reach_the_configuration(tmp_path):
+    config = baton_config(render((THREE,)))
+    assert config["router"]["explore_share"] == 0 and config["synthesizer"]["group_answer"] == "primary"
+    assert "judge" not in config
+    values = tmp_path / "judged.yaml"
+    values.write_text(yaml.safe_dump({"router": {"exploration": {"share": 0.1, "groupSize": 3}},
+                                      "synthesizer": {"config": {"groupAnswer": "judge"}},
+                                      "judge": {"worker": "claude-sonnet", "waitS": 30}}))
+    config = baton_config(render((THREE, str(values))))
+    assert (config["router"]["explore_share"], config["router"]["explore_group_size"]) == (0.1, 3)
+    assert config["synthesizer"]["group_answer"] == "judge"
+    assert config["judge"] == {"worker": "claude-sonnet", "wait_s": 30}

@@ -103,13 +103,14 @@ the application's defaults apply; false and 0 are kept. Nested maps (adapter nam
 
 {{- $g := $v.gateway -}}
 {{- $gateway := dict "host" "0.0.0.0" "port" $g.containerPort "request_timeout_s" $g.config.requestTimeoutS "max_body_bytes" $g.config.maxBodyBytes "max_messages" $g.config.maxMessages -}}
-{{- $router := dict "host" "0.0.0.0" "port" $r.containerPort -}}
-{{- $synthesizer := dict "host" "0.0.0.0" "port" $v.synthesizer.containerPort "step_timeout_s" $v.synthesizer.config.stepTimeoutS -}}
+{{- $router := dict "host" "0.0.0.0" "port" $r.containerPort "explore_share" $r.exploration.share "explore_group_size" $r.exploration.groupSize -}}
+{{- $synthesizer := dict "host" "0.0.0.0" "port" $v.synthesizer.containerPort "step_timeout_s" $v.synthesizer.config.stepTimeoutS "group_answer" $v.synthesizer.config.groupAnswer -}}
 {{- $executor := dict "host" "0.0.0.0" "port" $v.executorDefaults.containerPort "max_attempts" $v.executorDefaults.maxAttempts -}}
 {{- $rl := $v.rewardLogger -}}
 {{- $rewardLogger := dict "host" "0.0.0.0" "port" $rl.containerPort "dataset_dir" $rl.dataset.mountPath "flush_every" $rl.config.flushEvery "flush_interval_s" $rl.config.flushIntervalS -}}
 
 {{- $config := dict "workers" $workers "conductor" $conductor "kafka" $kafka "gateway" $gateway "router" $router "synthesizer" $synthesizer "executor" $executor "reward_logger" $rewardLogger -}}
+{{- with $v.judge.worker }}{{ $_ := set $config "judge" (include "baton.snakeSection" (dict "values" $v.judge) | fromJson) }}{{ end -}}
 {{- toYaml $config -}}
 {{- end -}}
 
@@ -177,6 +178,9 @@ Checks the schema cannot express. Each failure says what is wrong and which valu
 {{- $c := $v.router.conductor -}}
 {{- if and (eq $c.backend "vllm") (not $v.router.gpu.enabled) -}}
 {{- fail "router.conductor.backend vllm needs router.gpu.enabled=true; on clusters without GPUs use the transformers, policy, openai or static backend" -}}
+{{- end -}}
+{{- if and (eq $v.synthesizer.config.groupAnswer "judge") (not $v.judge.worker) -}}
+{{- fail "synthesizer.config.groupAnswer judge needs judge.worker (the worker that scores the candidates)" -}}
 {{- end -}}
 {{- if and (eq $c.backend "static") (not $c.plan) -}}
 {{- fail "router.conductor.backend static needs router.conductor.plan {workers, subtasks, access}" -}}
