@@ -286,10 +286,11 @@ class JudgeConfig(_Strict):
     """A worker that scores the answers of an exploration group (synthesizer.group_answer: judge)."""
 
     worker: str = Field(description="The configured worker that judges.")
-    wait_s: float | None = Field(
-        default=None, gt=0,
-        description="How long the client's candidate waits for the others once its own answer is ready; unset: "
-        "synthesizer.step_timeout_s × (conductor.max_steps + 1), time for a whole workflow.")
+    wait_s: float = Field(
+        default=15.0, gt=0,
+        description="How long the client's candidate waits for the others once its own answer is ready. The "
+        "candidates run at the same time, so the others are usually done by then; keep it well under "
+        "gateway.request_timeout_s.")
 
 
 class ExecutorConfig(_HttpService):

@@ -126,8 +126,7 @@ class Workflows:
         self._step_timeout_ms = int(config.synthesizer.step_timeout_s * 1000)
         # A conductor step plans and runs a whole inner workflow: planning plus up to max_steps steps.
         self._conductor_timeout_ms = self._step_timeout_ms * (config.conductor.max_steps + 1)
-        judge = config.judge
-        self._judge_wait_ms = int(judge.wait_s * 1000) if judge and judge.wait_s else self._conductor_timeout_ms
+        self._judge_wait_ms = int(config.judge.wait_s * 1000) if config.judge else 0
         self.runs: dict[str, Run] = {}
         # Recently finished requests: a plan delivered again (the router re-read its input after a
         # crash) must not run a finished workflow a second time.
