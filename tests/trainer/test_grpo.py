@@ -116,19 +116,22 @@ def test_episode_outcomes_grade_every_step_and_skip_failures_and_duplicates(tmp_
         # ... a longer one cannot say which step deserved it.
         episode("fed-back-2", "Name an even prime.", [("llama-70b", "2", None), ("gemini-pro", "2", None)],
                 grader=None, quality=1.0),
+        # A conductor step's answer depends on the workflow before it: no outcome of its own.
+        episode("recursive", q, [("gemini-pro", pro, None), ("conductor", pro, None)], reference=ref),
     ]
     table = outcomes_from_episodes(read_episodes(write_episodes(tmp_path, rows)), NAMES)
     key = query_key(q)
     assert query_key("  " + q.upper() + "\n") == key
-    assert table.get(key, "gemini-pro").quality == 1.0 and table.get(key, "gemini-pro").runs == 2
+    assert table.get(key, "gemini-pro").quality == 1.0 and table.get(key, "gemini-pro").runs == 3
+    assert table.get(key, "conductor") is None
     assert table.get(key, "gemini-flash").quality == 0.0 and table.get(key, "gemini-flash").runs == 2
     assert table.get(key, "llama-70b").runs == 1  # the failed run is not counted
-    assert table.get(key, "gemini-pro").cost_usd == pytest.approx((0.001 + 0.002) / 2)
+    assert table.get(key, "gemini-pro").cost_usd == pytest.approx((0.001 + 0.002 + 0.001) / 3)
     assert table.spread(key)
     assert table.get(query_key("Name a prime number."), "llama-70b").quality == 1.0
     assert table.known(query_key("Name an even prime.")) == {}
     finals = outcomes_from_episodes(read_episodes(tmp_path), NAMES, intermediate=False)
-    assert finals.get(key, "gemini-flash").runs == 1 and finals.get(key, "gemini-pro").runs == 2
+    assert finals.get(key, "gemini-flash").runs == 1 and finals.get(key, "gemini-pro").runs == 3
 
 
 def test_matrix_outcomes_map_workers_to_columns_and_price_characters(config, matrix_slice):

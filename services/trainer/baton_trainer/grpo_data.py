@@ -31,7 +31,7 @@ from pathlib import Path
 from baton.v1 import common_pb2, requests_pb2
 from baton_conductor import PlanBounds, Prompter
 from baton_graders import grade
-from baton_platform.config import BatonConfig, WorkerConfig
+from baton_platform.config import CONDUCTOR, BatonConfig, WorkerConfig
 from baton_policy.matrix import COST_CHARS, COST_TOTAL, OutcomeMatrix, group_key
 
 # The sim executor's estimate of characters per token, used to price a matrix that records characters.
@@ -180,7 +180,9 @@ def outcomes_from_episodes(rows: Iterable[Mapping], workers: Sequence[str], *,
         query = row.get("query") or ""
         if not query.strip():
             continue
-        steps = [s for s in (row.get("steps") or []) if s.get("worker")]
+        # A conductor step's output depends on the workflow before it, not on the query alone: it is
+        # no outcome of a worker (the reward scores such plans by their last worker step).
+        steps = [s for s in (row.get("steps") or []) if s.get("worker") and s["worker"] != CONDUCTOR]
         ran = [s for s in steps if not s.get("error") and s.get("output") is not None]
         grader, reference = row.get("grader"), row.get("reference")
         if grader and reference and ran:
