@@ -131,6 +131,17 @@ def test_graded_rewards_under_both_schemes():
     assert unknown.reward is None and "unknown grader" in unknown.detail
 
 
+def test_a_judged_episode_is_graded_on_its_own_answer_not_the_one_the_client_got():
+    meta = {"reference": "C", "grader": "choice"}
+    chose_other = response(5, "The answer is (C).", meta)
+    chose_other.episode.judge.own_answer, chose_other.episode.judge.chosen = "The answer is (B).", 1
+    assert score(chose_other, "quality_minus_cost", 0).quality == 0.0
+    own_failed = response(6, "The answer is (C).", meta)
+    own_failed.episode.judge.own_error.message = "step 1 (w) failed: HTTP 500"
+    graded = score(own_failed, "conductor", 0)
+    assert (graded.quality, graded.reward) == (0.0, 0.0) and "HTTP 500" in graded.detail
+
+
 def test_feedback_rows_join_on_the_response_id(tmp_path):
     fb = feedback_pb2.Feedback(response_id="r1", score=-0.5, comment="meh", created_unix_ms=1_764_000_000_000)
     w = DatasetWriter(tmp_path, "baton.feedback", FEEDBACK_SCHEMA)

@@ -311,3 +311,31 @@ def test_judge_replies_are_read_strictly():
     with pytest.raises(ValueError, match="not numbers from 0 to 10"):
         parse_scores('{"scores": [1, 11, 2]}', 3)
     assert best([0.5, 0.9, 0.9]) == 1 and best([0.0, 0.0]) == 0
+
+
+def test_when_the_clients_own_workflow_fails_the_group_still_answers(write_config):
+    wf, (primary, one, two), clock = judged_group(write_config)
+    wf.on_failed("g", workflow_pb2.StepFailed(step=0, attempt=1, error=common_pb2.Error(code="x", message="HTTP 500")))
+    assert wf.advance(primary) == [], "it waits for the others instead of failing"
+    for run, answer in ((one, "The answer is (B)."), (two, "The answer is (C).")):
+        wf.on_candidate("g", finish_candidate(wf, run, answer).report.candidate_finished)
+    (judge,) = wf.advance(primary)
+    assert list(judge.task.candidates) == ["The answer is (B).", "The answer is (C)."]
+    wf.on_completed("g", workflow_pb2.StepCompleted(step=1, attempt=1, output='{"scores": [1, 9]}'))
+    *rates, finish = wf.advance(primary)
+    assert finish.response.answer == "The answer is (C)."
+    judgement = finish.response.episode.judge
+    assert list(judgement.request_ids) == ["g.1", "g.2"] and "HTTP 500" in judgement.own_error.message
+    assert [r.feedback.response_id for r in rates] == ["g.1", "g.2"]
+
+
+def test_a_failed_group_fails_the_request_with_the_clients_own_error(write_config):
+    wf, (primary, one, two), clock = judged_group(write_config, wait_s=5)
+    clock.now += 61_000  # the client's own step is never answered
+    ((_, actions),) = [(r, a) for r, a in wf.expired() if r is primary]
+    assert actions == [], "the others may still answer"
+    wf.on_candidate("g", workflow_pb2.CandidateFinished(request_id="g.1", candidate=1,
+                                                        error=common_pb2.Error(code="step_failed", message="boom")))
+    clock.now += 6_000
+    ((_, (finish,)),) = [(r, a) for r, a in wf.expired() if r is primary]
+    assert finish.response.error.code == "step_timeout"

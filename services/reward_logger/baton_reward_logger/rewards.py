@@ -33,9 +33,12 @@ def score(response: responses_pb2.Response, scheme: Scheme, cost_weight: float) 
     reference, grader = meta.get("reference"), meta.get("grader")
     if not reference or not grader:
         return Reward(grader or None, reference or None, None, None, "no reference answer")
-    failed = response.WhichOneof("outcome") != "answer"
+    ep = response.episode
+    # A judged group may answer the client with another candidate's answer when this one's failed.
+    own_error = ep.judge.own_error if ep.HasField("judge") and ep.judge.HasField("own_error") else None
+    failed = response.WhichOneof("outcome") != "answer" or own_error is not None
     if failed:
-        quality, detail = 0.0, f"the workflow failed: {response.error.message}"
+        quality, detail = 0.0, f"the workflow failed: {(own_error if own_error is not None else response.error).message}"
     else:
         # The client may have got another candidate's answer (the judge chose it); this episode's
         # plan is graded on its own.

@@ -113,6 +113,7 @@ class Run:
     judge_order: list[str] = field(default_factory=list)
     judged: workflow_pb2.StepCompleted | None = None
     judge_error: str = ""
+    own_error: common_pb2.Error | None = None  # its own workflow failed: the others may still answer
 
     @property
     def conversation(self) -> list[dict[str, str]]:
@@ -211,14 +212,19 @@ class Workflows:
         return notes + self._decide(run)
 
     def _decide(self, run: Run) -> list[Action]:
+        if run.own_error is not None:
+            return self._judge(run, None)
         for step, error in sorted(run.errors.items()):
             fallback = None if run.workers[step] == CONDUCTOR else self._config.worker(run.workers[step]).fallback
             if fallback and fallback != run.workers[step] and run.attempts[step] < 2:
                 del run.errors[step]
                 return [self._dispatch(run, step, fallback, run.attempts[step] + 1)] + self._decide(run)
-            return [self._finish(run, error=common_pb2.Error(
-                code="step_failed",
-                message=f"step {step + 1} ({run.workers[step]}) failed: {error.message}"))]
+            failure = common_pb2.Error(code="step_failed",
+                                       message=f"step {step + 1} ({run.workers[step]}) failed: {error.message}")
+            if self._judges(run):
+                run.own_error = failure
+                return self._judge(run, None)
+            return [self._finish(run, error=failure)]
         if len(run.done) == run.plan.steps:
             answer = run.done[run.plan.steps - 1].output
             return self._judge(run, answer) if self._judges(run) else [self._finish(run, answer=answer)]
@@ -273,6 +279,10 @@ class Workflows:
             elif run.request.deadline_unix_ms and now > run.request.deadline_unix_ms:
                 error = common_pb2.Error(code="deadline_exceeded", message="the request's deadline passed")
             else:
+                continue
+            if late and self._judges(run):
+                run.own_error = error  # the group's other candidates may still answer the client
+                out.append((run, self._judge(run, None)))
                 continue
             out.append((run, [self._finish(run, error=error)]))
         return out
@@ -420,8 +430,9 @@ class Workflows:
         return (self._config.synthesizer.group_answer == "judge" and run.request.group_size > 1
                 and run.request.candidate > 0 and not run.request.HasField("parent"))
 
-    def _judge(self, run: Run, own: str) -> list[Action]:
-        """The client's candidate is done: wait for the others, ask the judge, answer with the best."""
+    def _judge(self, run: Run, own: str | None) -> list[Action]:
+        """The client's candidate is done (`own` is its answer, None when its workflow failed): wait for
+        the others, ask the judge, answer with the best; with no answer at all, fail as it failed."""
         now = self._clock()
         if run.ready_ms is None:
             run.ready_ms = now
@@ -432,12 +443,14 @@ class Workflows:
         waited_out = now - run.ready_ms > self._judge_wait_ms
         if len(run.candidates) < run.request.group_size - 1 and not waited_out:
             return []
-        answers = [(run.request.request_id, own)] + [(c.request_id, c.answer) for _, c in sorted(run.candidates.items())
-                                                     if c.answer]
-        if len(answers) == 1:
-            run.judge_error = "no other candidate answered in time"
-            return self._judged(run, own)
+        answers = ([(run.request.request_id, own)] if own is not None else []) + [
+            (c.request_id, c.answer) for _, c in sorted(run.candidates.items()) if c.answer]
         run.judge_order = [rid for rid, _ in answers]
+        if not answers:
+            return [self._finish(run, error=run.own_error)]
+        if len(answers) == 1:
+            run.judge_error = "no other candidate answered in time" if own is not None else "one candidate answered"
+            return self._judged(run, own)
         judge = self._config.worker(self._config.judge.worker)
         step, rid = run.plan.steps, run.request.request_id
         task = tasks_pb2.Task(
@@ -450,11 +463,13 @@ class Workflows:
         run.dispatched_ms[step] = now
         return [Dispatch(provider=judge.provider, task=task)]
 
-    def _judged(self, run: Run, own: str) -> list[Action]:
-        """Finish with the answer the judge's scores choose (or the own one), and rate every candidate."""
-        judgement = responses_pb2.Judgement(worker=self._config.judge.worker, own_answer=own,
-                                            request_ids=run.judge_order or [run.request.request_id])
-        answers = {run.request.request_id: own} | {c.request_id: c.answer for c in run.candidates.values()}
+    def _judged(self, run: Run, own: str | None) -> list[Action]:
+        """Finish with the answer the judge's scores choose (else the first: the own one when there is
+        one), and rate every candidate."""
+        judgement = responses_pb2.Judgement(worker=self._config.judge.worker, own_answer=own or "",
+                                            request_ids=run.judge_order, own_error=run.own_error)
+        answers = ({run.request.request_id: own} if own is not None else {}) | {
+            c.request_id: c.answer for c in run.candidates.values()}
         rates: list[Action] = []
         if run.judged is not None and not run.judge_error:
             judgement.usage.CopyFrom(run.judged.usage)

@@ -50,7 +50,7 @@ class Episode(_message.Message):
     def __init__(self, request: _Optional[_Union[_requests_pb2.ChatRequest, _Mapping]] = ..., plan: _Optional[_Union[_workflow_pb2.Plan, _Mapping]] = ..., steps: _Optional[_Iterable[_Union[StepRecord, _Mapping]]] = ..., total: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., latency_ms: _Optional[float] = ..., judge: _Optional[_Union[Judgement, _Mapping]] = ...) -> None: ...
 
 class Judgement(_message.Message):
-    __slots__ = ("worker", "request_ids", "scores", "chosen", "own_answer", "usage", "error")
+    __slots__ = ("worker", "request_ids", "scores", "chosen", "own_answer", "usage", "error", "own_error")
     WORKER_FIELD_NUMBER: _ClassVar[int]
     REQUEST_IDS_FIELD_NUMBER: _ClassVar[int]
     SCORES_FIELD_NUMBER: _ClassVar[int]
@@ -58,6 +58,7 @@ class Judgement(_message.Message):
     OWN_ANSWER_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    OWN_ERROR_FIELD_NUMBER: _ClassVar[int]
     worker: str
     request_ids: _containers.RepeatedScalarFieldContainer[str]
     scores: _containers.RepeatedScalarFieldContainer[float]
@@ -65,7 +66,8 @@ class Judgement(_message.Message):
     own_answer: str
     usage: _common_pb2.Usage
     error: str
-    def __init__(self, worker: _Optional[str] = ..., request_ids: _Optional[_Iterable[str]] = ..., scores: _Optional[_Iterable[float]] = ..., chosen: _Optional[int] = ..., own_answer: _Optional[str] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., error: _Optional[str] = ...) -> None: ...
+    own_error: _common_pb2.Error
+    def __init__(self, worker: _Optional[str] = ..., request_ids: _Optional[_Iterable[str]] = ..., scores: _Optional[_Iterable[float]] = ..., chosen: _Optional[int] = ..., own_answer: _Optional[str] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., error: _Optional[str] = ..., own_error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ...) -> None: ...
 
 class Progress(_message.Message):
     __slots__ = ("step", "steps", "worker", "state")
