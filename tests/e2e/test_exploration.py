@@ -15,15 +15,22 @@ from testbed import default_config_data
 pytestmark = [pytest.mark.e2e, pytest.mark.kafka]
 
 
-def test_an_explored_request_answers_once_and_logs_its_whole_group(kafka_bootstrap, tmp_path):
+def exploring_stack(kafka_bootstrap, tmp_path, **sections) -> Stack:
+    """Every service as a process, every request explored by a group of three candidates."""
     data = default_config_data()
     data["router"] = {"explore_share": 1.0, "explore_group_size": 3}
     data["kafka"] = {"partitions": 4, "session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
     data["reward_logger"] = {"flush_interval_s": 0.5}
+    data.update(sections)
     cfg = tmp_path / "baton.yaml"
     cfg.write_text(yaml.safe_dump(data))
     stack = Stack(tmp_path / "run", config_file=cfg, gateway_port=free_port(), bootstrap_servers=kafka_bootstrap)
     stack.start(echo=lambda *_: None)
+    return stack
+
+
+def test_an_explored_request_answers_once_and_logs_its_whole_group(kafka_bootstrap, tmp_path):
+    stack = exploring_stack(kafka_bootstrap, tmp_path)
     try:
         client = openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0, timeout=60)
         raw = client.chat.completions.with_raw_response.create(
@@ -60,17 +67,9 @@ def test_the_judge_chooses_the_answer_of_a_group_and_its_scores_are_logged(kafka
     with MMLU_PRO.open(newline="") as f:
         # A question the judge's model answered right: its scores then say which candidates are right.
         row = next(r for r in csv.DictReader(f) if r["gemini-1.5-pro-002|answer"] == r["answer"])
-    data = default_config_data()
-    data["conductor"] = {"backend": "policy"}  # before any training: a uniformly random worker per candidate
-    data["router"] = {"explore_share": 1.0, "explore_group_size": 3}
-    data["synthesizer"] = {"group_answer": "judge"}
-    data["judge"] = {"worker": "gemini-pro"}
-    data["kafka"] = {"partitions": 4, "session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
-    data["reward_logger"] = {"flush_interval_s": 0.5}
-    cfg = tmp_path / "baton.yaml"
-    cfg.write_text(yaml.safe_dump(data))
-    stack = Stack(tmp_path / "run", config_file=cfg, gateway_port=free_port(), bootstrap_servers=kafka_bootstrap)
-    stack.start(echo=lambda *_: None)
+    # Before any training the policy conductor picks a uniformly random worker per candidate.
+    stack = exploring_stack(kafka_bootstrap, tmp_path, conductor={"backend": "policy"},
+                            synthesizer={"group_answer": "judge"}, judge={"worker": "gemini-pro"})
     try:
         client = openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0, timeout=60)
         completion = client.chat.completions.create(

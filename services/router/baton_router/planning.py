@@ -10,7 +10,7 @@ from baton_platform.config import CONDUCTOR, BatonConfig
 from baton_workflow import Plan, plan_problems, to_proto
 
 from baton_router.conductor import ConductorBackend, ConductorOutputError
-from baton_router.conductor.static import KEEP
+from baton_router.conductor.base import KEEP
 
 log = logging.getLogger(__name__)
 
@@ -41,17 +41,16 @@ class Planner:
         return self._backend.name
 
     async def plan(self, request: requests_pb2.ChatRequest) -> PlanResult:
+        inner = request.HasField("parent")
         try:
             proposal = await self._backend.propose(request)
         except ConductorOutputError as e:
             # The model wrote something that is not a plan: keep what it sampled (reward 0 later).
             return self._fallback(f"unparseable plan: {e}", e.policy_version, e.token_logprobs, e.propensity,
-                                  inner=request.HasField("parent"))
+                                  inner=inner)
         except Exception as e:  # noqa: BLE001 - a broken conductor must not stop the request
             log.exception("conductor %s failed for %s", self._backend.name, request.request_id)
-            return self._fallback(f"conductor error: {type(e).__name__}: {e}", policy_version="",
-                                  inner=request.HasField("parent"))
-        inner = request.HasField("parent")
+            return self._fallback(f"conductor error: {type(e).__name__}: {e}", policy_version="", inner=inner)
         depth = request.parent.depth if inner else 0
         problems = plan_problems(proposal.plan, [*self._workers, CONDUCTOR], self._max_steps, allow_empty=inner)
         if CONDUCTOR in proposal.plan.workers and depth >= self._max_depth:
@@ -68,6 +67,5 @@ class Planner:
                   inner: bool = False) -> PlanResult:
         # The episode keeps the invalid plan's log-probs and reason: it earns reward 0 in training.
         plan = to_proto(KEEP if inner else self._safe, backend=self._backend.name, policy_version=policy_version,
-                        fallback=True,
-                        invalid_reason=reason, token_logprobs=token_logprobs, propensity=propensity)
+                        fallback=True, invalid_reason=reason, token_logprobs=token_logprobs, propensity=propensity)
         return PlanResult(plan=plan, valid=False)

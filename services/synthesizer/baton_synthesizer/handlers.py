@@ -143,6 +143,12 @@ class SynthesizerWiring:
         for run in resumed:
             await self._execute(run, self.workflows.advance(run))
 
+    def _ended(self, run: Run) -> None:
+        """The run's outcome is published: its partition may commit past its start."""
+        tp, offset = run.origin
+        self.tracker.finish(tp, offset)
+        self.workflows.forget(run.request.request_id)
+
     async def _execute(self, run: Run, actions: list[Action]) -> None:
         # Act inside the trace the workflow started in, whatever record or timer triggered it.
         token = otel_context.attach(run.trace_context) if run.trace_context is not None else None
@@ -163,24 +169,22 @@ class SynthesizerWiring:
                     await self.service.broker.publish(encode(action.request), topics.REQUESTS,
                                                       key=action.request.request_id.encode())
                     self._dispatched.labels("conductor").inc()
-                elif isinstance(action, (Finish, Return)):
-                    if isinstance(action, Finish):
-                        await self.service.broker.publish(encode(action.response), topics.RESPONSES,
-                                                          key=action.response.request_id.encode(),
-                                                          partition=action.reply_partition)
-                        self._responses.labels(action.response.WhichOneof("outcome")).inc()
-                        if action.report is not None:
-                            # Keyed by the group: it reaches the replica running the client's candidate.
-                            await self.service.broker.publish(encode(action.report), topics.WORKFLOW,
-                                                              key=action.report.request_id.encode())
-                    else:
-                        # Keyed by the parent: its partition, and so the replica running it, gets the result.
-                        await self.service.broker.publish(encode(action.event), topics.WORKFLOW,
-                                                          key=action.event.request_id.encode())
-                        self._responses.labels("returned").inc()
-                    tp, offset = run.origin
-                    self.tracker.finish(tp, offset)
-                    self.workflows.forget(run.request.request_id)
+                elif isinstance(action, Finish):
+                    await self.service.broker.publish(encode(action.response), topics.RESPONSES,
+                                                      key=action.response.request_id.encode(),
+                                                      partition=action.reply_partition)
+                    self._responses.labels(action.response.WhichOneof("outcome")).inc()
+                    if action.report is not None:
+                        # Keyed by the group: it reaches the replica running the client's candidate.
+                        await self.service.broker.publish(encode(action.report), topics.WORKFLOW,
+                                                          key=action.report.request_id.encode())
+                    self._ended(run)
+                elif isinstance(action, Return):
+                    # Keyed by the parent: its partition, and so the replica running it, gets the result.
+                    await self.service.broker.publish(encode(action.event), topics.WORKFLOW,
+                                                      key=action.event.request_id.encode())
+                    self._responses.labels("returned").inc()
+                    self._ended(run)
         finally:
             if token is not None:
                 otel_context.detach(token)

@@ -50,6 +50,6 @@ def parse_scores(text: str, n: int) -> list[float]:
     raise ValueError(f"the judge's reply holds no {{\"scores\": [...]}} object: {text[:200]!r}")
 
 
-def best(scores: Sequence[float | None]) -> int:
+def best(scores: Sequence[float]) -> int:
     """The index of the highest score; ties go to the lower index (the client's own candidate first)."""
-    return max(range(len(scores)), key=lambda i: (scores[i] if scores[i] is not None else -1.0, -i))
+    return max(range(len(scores)), key=lambda i: (scores[i], -i))

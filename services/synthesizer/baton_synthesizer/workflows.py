@@ -154,12 +154,11 @@ class Workflows:
         return run
 
     def on_completed(self, request_id: str, completed: workflow_pb2.StepCompleted) -> Run | None:
-        run = self.runs.get(request_id)
-        if run is not None and not run.finished and self._judges(run) and completed.step == run.plan.steps:
-            if run.judged is None:
-                run.judged = completed
-                return run
-            return None
+        if (run := self._judging(request_id, completed.step)) is not None:
+            if run.judged is not None or run.judge_error:
+                return None
+            run.judged = completed
+            return run
         run = self._current(request_id, completed.step, completed.attempt)
         if run is None:
             return None
@@ -169,12 +168,11 @@ class Workflows:
         return run
 
     def on_failed(self, request_id: str, failed: workflow_pb2.StepFailed) -> Run | None:
-        run = self.runs.get(request_id)
-        if run is not None and not run.finished and self._judges(run) and failed.step == run.plan.steps:
-            if run.judged is None and not run.judge_error:
-                run.judge_error = f"the judge failed: {failed.error.message}"
-                return run
-            return None
+        if (run := self._judging(request_id, failed.step)) is not None:
+            if run.judged is not None or run.judge_error:
+                return None
+            run.judge_error = f"the judge failed: {failed.error.message}"
+            return run
         run = self._current(request_id, failed.step, failed.attempt)
         if run is None:
             return None
@@ -243,16 +241,19 @@ class Workflows:
             step=i, steps=run.plan.steps, worker=run.workers.get(i, run.plan.workers[i]), state=state)),
             run.request.reply_partition) for i, state in changes]
 
+    def _budget(self, run: Run) -> tuple[float, float, int, float]:
+        """The request's call and cost limits (0: none), and the calls made and USD spent so far."""
+        return (_tightest(self._config.synthesizer.max_calls, run.request.budget.max_calls),
+                _tightest(self._config.synthesizer.max_cost_usd, run.request.budget.max_cost_usd),
+                sum(run.attempts.values()), sum(c.usage.cost_usd for c in run.done.values()))
+
     def _over_budget(self, run: Run, new_calls: int) -> str | None:
         """Why dispatching `new_calls` more steps would break the request's budget, if it would."""
         if not new_calls:
             return None
-        max_calls = _tightest(self._config.synthesizer.max_calls, run.request.budget.max_calls)
-        max_cost = _tightest(self._config.synthesizer.max_cost_usd, run.request.budget.max_cost_usd)
-        calls = sum(run.attempts.values())
+        max_calls, max_cost, calls, spent = self._budget(run)
         if max_calls and calls + new_calls > max_calls:
             return f"the workflow needs more than its budget of {max_calls} provider calls"
-        spent = sum(c.usage.cost_usd for c in run.done.values())
         if max_cost and spent >= max_cost:
             return f"the workflow spent ${spent:.6f}, reaching its budget of ${max_cost:.6f}, with steps still to run"
         return None
@@ -349,13 +350,11 @@ class Workflows:
         run.workers[step] = CONDUCTOR
         run.attempts[step] = attempt
         run.dispatched_ms[step] = self._clock()
-        max_calls = _tightest(self._config.synthesizer.max_calls, run.request.budget.max_calls)
-        max_cost = _tightest(self._config.synthesizer.max_cost_usd, run.request.budget.max_cost_usd)
         # Calls so far include this step's own; the inner workflow gets what is left (at least one).
+        max_calls, max_cost, calls, spent = self._budget(run)
         if max_calls:
-            inner.budget.max_calls = max(max_calls - sum(run.attempts.values()), 1)
+            inner.budget.max_calls = max(int(max_calls) - calls, 1)
         if max_cost:
-            spent = sum(c.usage.cost_usd for c in run.done.values())
             inner.budget.max_cost_usd = max(max_cost - spent, 1e-9)
         return Replan(request=inner)
 
@@ -421,14 +420,23 @@ class Workflows:
 
     # -- judging -------------------------------------------------------------------------------
 
-    def _judges(self, run: Run) -> bool:
-        """Whether this run's answer is chosen by the judge: the client's candidate of an exploration group."""
+    def _judged_group(self, run: Run) -> bool:
         return (self._config.synthesizer.group_answer == "judge" and run.request.group_size > 1
-                and run.request.candidate == 0 and not run.request.HasField("parent"))
+                and not run.request.HasField("parent"))
+
+    def _judges(self, run: Run) -> bool:
+        """Whether this run's answer is chosen by the judge: the client's candidate of a judged group."""
+        return self._judged_group(run) and run.request.candidate == 0
 
     def _reports_to_group(self, run: Run) -> bool:
-        return (self._config.synthesizer.group_answer == "judge" and run.request.group_size > 1
-                and run.request.candidate > 0 and not run.request.HasField("parent"))
+        return self._judged_group(run) and run.request.candidate > 0
+
+    def _judging(self, request_id: str, step: int) -> Run | None:
+        """The run whose judge task a result with this step index answers (it is numbered after the plan)."""
+        run = self.runs.get(request_id)
+        if run is None or run.finished or not self._judges(run) or step != run.plan.steps:
+            return None
+        return run
 
     def _judge(self, run: Run, own: str | None) -> list[Action]:
         """The client's candidate is done (`own` is its answer, None when its workflow failed): wait for

@@ -20,6 +20,7 @@ from .core import (
     parse_json_object,
     retry_after_header,
     sse,
+    text_of,
 )
 
 _KNOWN_FIELDS = frozenset(
@@ -45,19 +46,6 @@ def _request_id(request_no: int) -> str:
 def _rfc3339(seconds_from_now: float) -> str:
     when = datetime.fromtimestamp(time.time() + seconds_from_now, tz=timezone.utc)
     return when.replace(microsecond=0).isoformat().replace("+00:00", "Z")
-
-
-def _text_of(content: Any) -> str | None:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = []
-        for block in content:
-            if not isinstance(block, dict) or block.get("type") != "text" or not isinstance(block.get("text"), str):
-                return None
-            texts.append(block["text"])
-        return "".join(texts)
-    return None
 
 
 class AnthropicDialect(Dialect):
@@ -109,7 +97,7 @@ class AnthropicDialect(Dialect):
         transcript: list[tuple[str, str]] = []
         system = body.get("system")
         if system is not None:
-            text = _text_of(system)
+            text = text_of(system)
             if text is None:
                 return bad("system: Input should be a valid string or a list of text blocks")
             if text:
@@ -132,7 +120,7 @@ class AnthropicDialect(Dialect):
                 return bad(f"messages.{i}.role: Input should be 'user' or 'assistant'")
             if "content" not in message:
                 return bad(f"messages.{i}.content: Field required")
-            text = _text_of(message["content"])
+            text = text_of(message["content"])
             if text is None:
                 return bad(f"messages.{i}.content: Input should be a valid string or a list of content blocks")
             if not text and not (role == "assistant" and i == len(messages) - 1):

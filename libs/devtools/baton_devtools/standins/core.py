@@ -266,6 +266,21 @@ def retry_after_header(seconds: float) -> str:
     return str(max(1, math.ceil(seconds)))
 
 
+def text_of(content: Any) -> str | None:
+    """A message's text: a string, or a list of `{"type": "text", "text": ...}` parts (OpenAI and
+    Anthropic both accept either); None for anything else, such as an image part."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                return None
+            texts.append(part["text"])
+        return "".join(texts)
+    return None
+
+
 def parse_json_object(raw: bytes) -> dict[str, Any] | None:
     try:
         body = json.loads(raw)

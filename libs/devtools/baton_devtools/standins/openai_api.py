@@ -19,6 +19,7 @@ from .core import (
     parse_json_object,
     retry_after_header,
     sse,
+    text_of,
 )
 
 _KNOWN_FIELDS = frozenset(
@@ -55,19 +56,6 @@ def go_duration(seconds: float) -> str:
     minutes, rest = divmod(seconds, 60)
     rest = round(rest, 3)
     return f"{int(minutes)}m{rest:g}s" if minutes else f"{rest:g}s"
-
-
-def _text_of(content: Any) -> str | None:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = []
-        for part in content:
-            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                return None
-            texts.append(part["text"])
-        return "".join(texts)
-    return None
 
 
 class OpenAIDialect(Dialect):
@@ -132,7 +120,7 @@ class OpenAIDialect(Dialect):
                 supported = ", ".join(f"'{r}'" for r in _ROLES[:-1]) + f", and '{_ROLES[-1]}'"
                 return _error(400, f"Invalid value: '{role}'. Supported values are: {supported}.",
                               param=f"messages[{i}].role", code="invalid_value")  # fmt: skip
-            text = _text_of(message.get("content"))
+            text = text_of(message.get("content"))
             if text is None:
                 return _error(400, f"Invalid type for 'messages[{i}].content': expected one of a string or an "
                               "array of text parts.", param=f"messages[{i}].content", code="invalid_type")  # fmt: skip

@@ -9,6 +9,10 @@ from baton.v1 import requests_pb2
 from baton_workflow import Plan
 
 
+# An inner call's answer that keeps the answer so far (and the fallback when its plan is invalid).
+KEEP = Plan(workers=[], subtasks=[], access=[])
+
+
 @dataclass(frozen=True)
 class Proposal:
     """A plan as the backend wrote it, before validation."""

@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 from baton.v1 import common_pb2, requests_pb2
 
-from baton_platform.config import BatonConfig, load_config
+from baton_platform.config import CONDUCTOR, BatonConfig, load_config
 from baton_router.conductor import ConductorOutputError, build_backend
 from baton_workflow import plan_problems
 
@@ -115,7 +115,7 @@ async def measure(config: BatonConfig, rows: list[dict[str, str]], single: int, 
         "distinct_subtasks": distinct_subtasks,
         "mean_tokens": round(sum(len(p.token_logprobs) for p in parsed) / max(len(parsed), 1), 1),
         "failures": [str(e)[:200] for e in batched if isinstance(e, Exception)],
-        "naming_the_conductor": sum("conductor" in p.plan.workers for p in parsed),
+        "naming_the_conductor": sum(CONDUCTOR in p.plan.workers for p in parsed),
         "inner_calls": _inner_summary(inner, backend.prompter.worker_names, max_steps) if inner else None,
         "samples": [{"question": q[:100], "workers": p.plan.workers, "subtasks": p.plan.subtasks,
                      "access": p.plan.access, "tokens": len(p.token_logprobs),
@@ -128,7 +128,7 @@ def _inner_summary(inner: list, pool: list[str], max_steps: int) -> dict:
     parsed = [p for p in inner if not isinstance(p, Exception)]
     # As the planner judges an inner call at the depth limit: the empty plan is fine, the conductor is not.
     valid = [p for p in parsed if not plan_problems(p.plan, pool, max_steps, allow_empty=True)
-             and "conductor" not in p.plan.workers]
+             and CONDUCTOR not in p.plan.workers]
     return {"calls": len(inner), "parse_rate": round(len(parsed) / len(inner), 3),
             "valid_share": round(len(valid) / len(inner), 3),
             "kept_answer": sum(p.plan.steps == 0 for p in parsed),

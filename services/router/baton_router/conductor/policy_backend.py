@@ -17,7 +17,7 @@ from baton.v1 import requests_pb2
 from baton_platform.config import BatonConfig
 from baton_workflow import Plan, query_text
 
-from baton_router.conductor.base import Proposal
+from baton_router.conductor.base import KEEP, Proposal
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class PolicyConductor:
         if request.HasField("parent"):
             # The learned policy chooses whole workflows and never names the conductor; a static
             # plan that does gets the answer kept.
-            return Proposal(plan=Plan(workers=[], subtasks=[], access=[]), policy_version="keep", propensity=1.0)
+            return Proposal(plan=KEEP, policy_version="keep", propensity=1.0)
         current = self._current
         if current is None:
             worker = self._rng.choice(self._workers)

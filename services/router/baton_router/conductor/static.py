@@ -6,9 +6,7 @@ from baton.v1 import requests_pb2
 from baton_platform.config import StaticPlan
 from baton_workflow import Plan
 
-from baton_router.conductor.base import Proposal
-
-KEEP = Plan(workers=[], subtasks=[], access=[])
+from baton_router.conductor.base import KEEP, Proposal
 
 
 class StaticConductor:
