@@ -8,7 +8,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = REPO / "config" / "baton.yaml"
-ROUTING_DATA = (REPO.parent / "shared" / "data" / "routing").resolve()
+ROUTING_DATA = REPO / "data" / "routing"
 MMLU_PRO = ROUTING_DATA / "mmlu_pro_dev.csv"
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import csv
 import json
-import os
-import subprocess
 import sys
 import time
 
@@ -17,6 +15,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from baton_devtools.stack import Stack, free_port
+from baton_devtools.standins.server import run_standin
 from baton_platform import topics
 from testbed import MMLU_PRO, default_config_data
 from e2e.otlp import OtlpReceiver
@@ -39,23 +38,10 @@ def wait_for(predicate, timeout=30.0, interval=0.3):
 
 @pytest.fixture(scope="module")
 def standin():
-    """An OpenAI-compatible server (speaking the real wire format) that echoes what it was sent."""
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "baton_devtools.standins", "openai", "--port", str(port),
-                             "--require-key-env", "STANDIN_KEY"], env={**os.environ, "STANDIN_KEY": PROVIDER_KEY},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    assert wait_for(lambda: proc.poll() is None and _up(url + "/_standin/stats"), 20), "stand-in did not start"
-    yield url + "/v1"
-    proc.terminate()
-    proc.wait(10)
-
-
-def _up(url):
-    try:
-        return httpx.get(url, timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
+    """An OpenAI-compatible server (speaking the real wire format) that echoes what it was sent;
+    stopped even when the tests using it fail."""
+    with run_standin("openai", mode="subprocess", require_key=PROVIDER_KEY) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,6 @@ server that echoes what it was sent, must see the workflow so far. Its answer be
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 
 import openai
 import pyarrow.dataset as ds
@@ -17,7 +14,8 @@ import pytest
 import yaml
 
 from baton_devtools.stack import Stack, free_port
-from e2e.test_backbone import _up, first_question, wait_for
+from baton_devtools.standins.server import run_standin
+from e2e.test_backbone import first_question, wait_for
 from testbed import default_config_data
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kafka]
@@ -25,28 +23,26 @@ pytestmark = [pytest.mark.e2e, pytest.mark.kafka]
 
 @pytest.fixture(scope="module")
 def stack(kafka_bootstrap, tmp_path_factory):
-    port = free_port()
-    standin = subprocess.Popen([sys.executable, "-m", "baton_devtools.standins", "openai", "--port", str(port)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    assert wait_for(lambda: _up(f"http://127.0.0.1:{port}/_standin/stats"), 20), "stand-in did not start"
-    data = default_config_data()
-    data["workers"].append({"name": "local-llm", "provider": "openai_compatible", "model": "local-model",
-                            "base_url": f"http://127.0.0.1:{port}/v1"})
-    data["conductor"]["plan"] = {"workers": ["gemini-flash", "llama-70b", "conductor"],
-                                 "subtasks": ["Solve it.", "Solve it another way.", "Check the answer."],
-                                 "access": [[], [], [0]]}
-    data["conductor"]["inner_plan"] = {"workers": ["local-llm"], "subtasks": ["Correct the answer if needed."],
-                                       "access": [[]]}
-    data["kafka"] = {"partitions": 4, "session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
-    run_dir = tmp_path_factory.mktemp("recursion")
-    cfg = run_dir / "baton.yaml"
-    cfg.write_text(yaml.safe_dump(data))
-    st = Stack(run_dir, config_file=cfg, gateway_port=free_port(), bootstrap_servers=kafka_bootstrap)
-    st.start(echo=lambda *_: None)
-    yield st
-    st.stop()
-    standin.terminate()
-    standin.wait(10)
+    # Context managers stop the stand-in and the stack even when starting either one fails.
+    with run_standin("openai", mode="subprocess") as standin_url:
+        data = default_config_data()
+        data["workers"].append({"name": "local-llm", "provider": "openai_compatible", "model": "local-model",
+                                "base_url": standin_url})
+        data["conductor"]["plan"] = {"workers": ["gemini-flash", "llama-70b", "conductor"],
+                                     "subtasks": ["Solve it.", "Solve it another way.", "Check the answer."],
+                                     "access": [[], [], [0]]}
+        data["conductor"]["inner_plan"] = {"workers": ["local-llm"], "subtasks": ["Correct the answer if needed."],
+                                           "access": [[]]}
+        data["kafka"] = {"partitions": 4, "session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
+        run_dir = tmp_path_factory.mktemp("recursion")
+        cfg = run_dir / "baton.yaml"
+        cfg.write_text(yaml.safe_dump(data))
+        st = Stack(run_dir, config_file=cfg, gateway_port=free_port(), bootstrap_servers=kafka_bootstrap)
+        st.start(echo=lambda *_: None)
+        try:
+            yield st
+        finally:
+            st.stop()
 
 
 def test_a_conductor_step_runs_a_corrective_workflow_that_sees_the_workflow_so_far(stack):

@@ -96,7 +96,7 @@ def wait_for_version(router_port: int, version: str, timeout: float = 60) -> Non
 
 
 def run_train_demo(run_dir: Path, n_train: int = 500, n_fresh: int = 200, out=print) -> dict:
-    dataset = (REPO_ROOT.parent / "shared" / "data" / "routing" / "mmlu_pro_dev.csv").resolve()
+    dataset = REPO_ROOT / "data" / "routing" / "mmlu_pro_dev.csv"
     shutil.rmtree(run_dir, ignore_errors=True)  # each run starts from no policy and no episodes
     run_dir.mkdir(parents=True)
     cfg = run_dir / "baton.yaml"
