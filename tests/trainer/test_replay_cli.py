@@ -129,6 +129,15 @@ def test_replay_reports_bad_input(tmp_path, capsys):
     assert "error" in json.loads(capsys.readouterr().out)
 
 
+def test_replay_refuses_train_and_test_files_that_share_questions(tmp_path, capsys):
+    header, rows = make_rows(400, seed=5)
+    train = write_csv(tmp_path / "tr.csv", header, rows[:300])
+    test = write_csv(tmp_path / "te.csv", header, rows[290:])  # ten questions in both files
+    assert replay.main(["--train", str(train), "--test", str(test), "--json", "--quiet"]) == 2
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert "share 10 question(s)" in error and "baton_trainer split" in error
+
+
 # ---------------------------------------------------------------- smoke test on real data
 
 

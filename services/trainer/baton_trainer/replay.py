@@ -128,6 +128,16 @@ def _random_share(strong: np.ndarray, alt: np.ndarray, goal: float) -> float:
     return float(min(1.0, max(0.0, (goal - lo) / (hi - lo))))
 
 
+def refuse_shared_questions(train: OutcomeMatrix, test: OutcomeMatrix) -> None:
+    """A question in both files would be scored on what the policy was fitted to: the held-out
+    figure would be optimistic by an unknown amount, so such a pair is refused, not reported."""
+    shared = {p.strip() for p in train.prompts} & {p.strip() for p in test.prompts}
+    if shared:
+        example = next(iter(sorted(shared)))[:80]
+        raise ValueError(f"train and test files share {len(shared)} question(s), e.g. {example!r}; "
+                         "split one file with `python -m baton_trainer split` instead")
+
+
 def run_replay(
     train: OutcomeMatrix,
     test: OutcomeMatrix,
@@ -144,6 +154,7 @@ def run_replay(
 ) -> tuple[dict, Policy, dict]:
     if train.models != test.models:
         raise ValueError("train and test files must have the same model columns")
+    refuse_shared_questions(train, test)
     log = log or (lambda msg: None)
     t0 = time.monotonic()
     workflows = candidate_workflows(train, vote_sizes=(), panel_sizes=(), escalate=()) if singles_only else candidate_workflows(train)
