@@ -140,6 +140,16 @@ def _overhead(data: dict, results: Path, plt) -> list[str]:
                      + f" | **{_fmt(baton, 2)}** | **{_fmt(baton_marginal, 2)}** | **{_fmt(lite, 2)}** | "
                      f"**{_fmt(lite_marginal, 2)}** |")
     lines.append("")
+    if data.get("ttft"):
+        lines += ["Time to first token: streaming requests one at a time, the stand-in pausing "
+                  f"{data['ttft'][0].get('chunk_delay_ms', 20)} ms between chunks; with Baton only the last step "
+                  "streams (here the only one), from the executor through Kafka to the gateway.", "",
+                  "| target | requests | first token p50 ms | first token p95 ms | whole stream p50 ms | "
+                  "first token p50 over direct ms |", "|:--|---:|---:|---:|---:|---:|"]
+        for r in data["ttft"]:
+            lines.append(f"| {r['target']} | {r['requests']} | {_fmt(r['ttft_p50_ms'])} | {_fmt(r['ttft_p95_ms'])} | "
+                         f"{_fmt(r['stream_p50_ms'])} | {_fmt(r.get('ttft_p50_overhead_ms'))} |")
+        lines.append("")
     if plt is not None:
         _plot_overhead(data, results / "overhead.png", plt)
         lines += ["![latency and overhead vs rate](overhead.png)", ""]

@@ -30,9 +30,11 @@ import yaml
 
 from baton_devtools.kafka import LocalKafka
 from baton_devtools.stack import Stack, free_port
+from baton_devtools.standins.server import configure_standin
 
 import limits as limits_bench
 import report
+import ttft
 from loadgen import LAG_LIMIT_MS, Load, generate, pooled
 from procs import (CpuMeter, LITELLM_VERSION, ensure_litellm, litellm_ready_url, start_litellm, start_standin,
                    wait_http_ok)
@@ -77,6 +79,7 @@ class Plan:
         self.limit_overload = 3.0
         self.limit_offered_s = 2.0 if quick else 6.0
         self.replicas = [1, 2, 3]
+        self.ttft_requests = 10 if quick else 30
 
     def overhead_duration(self, rate: float) -> float:
         """Measured seconds per target: ~120+ samples at low rates, bounded so the run stays short."""
@@ -390,6 +393,9 @@ def run(args: argparse.Namespace, argv: list[str]) -> None:
                 chosen = {"direct", *args.targets.split(",")}
                 measured = {k: v for k, v in targets.items() if k in chosen}
                 data = bench_overhead(plan, measured, meter)
+                configure_standin(standin_url, chunk_delay_ms=ttft.CHUNK_DELAY_MS)
+                data["ttft"] = ttft.bench(measured, plan.ttft_requests, echo, emit)
+                configure_standin(standin_url, chunk_delay_ms=0)
                 write_json("overhead", meta, {"targets": list(measured), **data})
             if litellm is not None:
                 litellm.stop()

@@ -39,6 +39,15 @@ async def fail(provider, provider_call: ProviderCall) -> ProviderError:
 
 
 @all_kinds
+async def test_a_call_with_a_delta_callback_streams_and_hands_over_every_piece(make_provider, standins, kind):
+    pieces: list[str] = []
+    # The adapter is built for plain calls: the callback alone makes this call stream.
+    reply = await make_provider(kind, stream=False).complete(call(on_delta=pieces.append))
+    assert len(pieces) > 1 and "".join(pieces) == reply.text
+    assert standin_stats(standins[kind])["streamed"] == 1
+
+
+@all_kinds
 @both_modes
 async def test_reply_reveals_context_and_maps_usage(make_provider, kind, stream):
     reply = await make_provider(kind, stream=stream).complete(call())

@@ -151,6 +151,25 @@ def test_streaming_requests_get_progress_notes(write_config):
     assert [(p.step, p.state) for p in notes] == [(0, "completed"), (1, "started")]
 
 
+def test_a_streaming_requests_last_step_streams_to_the_reply_partition_and_only_it(write_config):
+    plan = Plan(workers=["gemini-pro", "gemini-flash"], subtasks=["a", "b"], access=[[], [0]])
+    wf, run, _ = setup(write_config, plan, fallback="llama-70b")
+    run.request.stream = True
+    (first,) = [a for a in wf.advance(run) if isinstance(a, Dispatch)]
+    assert not first.task.stream, "earlier steps are not streamed"
+    wf.on_completed("r1", completed(0, "x"))
+    (last,) = [a for a in wf.advance(run) if isinstance(a, Dispatch)]
+    assert last.task.stream and last.task.reply_partition == 3
+    wf, run, _ = setup(write_config, Plan(workers=["gemini-pro"], subtasks=["a"], access=[[]]), fallback="llama-70b")
+    run.request.stream = True
+    wf.advance(run)
+    wf.on_failed("r1", workflow_pb2.StepFailed(step=0, attempt=1, error=common_pb2.Error(code="provider_error")))
+    (fallback,) = [a for a in wf.advance(run) if isinstance(a, Dispatch)]
+    assert fallback.task.worker == "llama-70b" and fallback.task.stream, "a fallback still answers"
+    wf, run, _ = setup(write_config, Plan(workers=["gemini-pro"], subtasks=["a"], access=[[]]))
+    assert not wf.advance(run)[0].task.stream, "a request that does not stream"
+
+
 def test_a_plan_delivered_again_after_its_workflow_finished_does_not_run_again(write_config):
     wf, run, _ = setup(write_config, Plan(workers=["gemini-pro"], subtasks=["a"], access=[[]]))
     wf.advance(run)
@@ -232,7 +251,7 @@ def test_a_conductor_step_has_time_for_a_whole_inner_workflow(write_config):
     assert f"within {wf._config.conductor.max_steps + 1} s" in finish.response.error.message
 
 
-def judged_group(write_config, wait_s=None):
+def judged_group(write_config, wait_s=None, stream=False, actions=None):
     """Three candidates of one exploration group, judged by gemini-pro; returns the workflows and the runs."""
     from testbed import default_config_data
 
@@ -246,10 +265,18 @@ def judged_group(write_config, wait_s=None):
     for k in range(3):
         request = requests_pb2.ChatRequest(request_id="g" if k == 0 else f"g.{k}", group_id="g", candidate=k,
                                            group_size=3, reply_partition=1, created_unix_ms=clock.now,
-                                           messages=[common_pb2.ChatMessage(role="user", content="Q?")])
+                                           messages=[common_pb2.ChatMessage(role="user", content="Q?")],
+                                           stream=stream and k == 0)
         runs.append(wf.on_planned(workflow_pb2.WorkflowPlanned(request=request, plan=plan)))
-        wf.advance(runs[-1])
+        (actions if actions is not None else []).extend(wf.advance(runs[-1]))
     return wf, runs, clock
+
+
+def test_a_judged_groups_answer_is_not_streamed_as_it_may_be_another_candidates(write_config):
+    actions = []
+    judged_group(write_config, stream=True, actions=actions)
+    tasks = [a.task for a in actions if isinstance(a, Dispatch)]
+    assert len(tasks) == 3 and not any(t.stream for t in tasks)
 
 
 def finish_candidate(wf, run, answer):

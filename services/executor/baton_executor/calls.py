@@ -9,6 +9,7 @@ from opentelemetry.trace import Tracer
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from baton_platform.config import WorkerConfig
+from baton_executor.deltas import DeltaBatcher
 from baton_executor.limits import WorkerLimits, estimate_tokens
 from baton_executor.metrics import ExecutorMetrics
 from baton_executor.providers.base import Provider, ProviderCall, ProviderError, ProviderReply
@@ -38,14 +39,16 @@ class StepRunner:
         self._provider_name = metrics.provider
         self._max_attempts = max_attempts
 
-    async def run(self, task: tasks_pb2.Task) -> workflow_pb2.WorkflowEvent:
+    async def run(self, task: tasks_pb2.Task, deltas: DeltaBatcher | None = None) -> workflow_pb2.WorkflowEvent:
+        """The step's result. With `deltas` (a streaming request's answering task) the answer's text
+        also goes there as it comes; a provider that does not stream gives it all at once at the end."""
         started = time.perf_counter()
         event = workflow_pb2.WorkflowEvent(request_id=task.request_id)
         worker = self._configs.get(task.worker)
         try:
             if worker is None or task.worker not in self._workers:
                 raise ProviderError(f"worker {task.worker!r} is not served by this executor", retryable=False)
-            reply = await self._call_with_retries(task, worker)
+            reply = await self._call_with_retries(task, worker, deltas)
         except ProviderError as e:
             event.step_failed.CopyFrom(workflow_pb2.StepFailed(
                 task_id=task.task_id, step=task.step, attempt=task.attempt, worker=task.worker,
@@ -59,7 +62,8 @@ class StepRunner:
             usage=usage, latency_ms=(time.perf_counter() - started) * 1000, model=reply.model))
         return event
 
-    async def _call_with_retries(self, task: tasks_pb2.Task, worker: WorkerConfig) -> ProviderReply:
+    async def _call_with_retries(self, task: tasks_pb2.Task, worker: WorkerConfig,
+                                 deltas: DeltaBatcher | None) -> ProviderReply:
         deadline = task.deadline_unix_ms / 1000 if task.deadline_unix_ms else None
 
         def out_of_time(state: RetryCallState) -> bool:
@@ -69,10 +73,11 @@ class StepRunner:
                                  stop=stop_after_attempt(self._max_attempts) | out_of_time)
         async for attempt in retrying:
             with attempt:
-                return await self._call_once(task, worker, deadline)
+                return await self._call_once(task, worker, deadline, deltas)
         raise AssertionError("unreachable: tenacity re-raises the last error")
 
-    async def _call_once(self, task: tasks_pb2.Task, worker: WorkerConfig, deadline: float | None) -> ProviderReply:
+    async def _call_once(self, task: tasks_pb2.Task, worker: WorkerConfig, deadline: float | None,
+                         deltas: DeltaBatcher | None) -> ProviderReply:
         messages = [{"role": m.role, "content": m.content} for m in task.messages]
         max_tokens = task.max_tokens or None
         limits, m, name = self._limits[worker.name], self._metrics, worker.name
@@ -83,12 +88,17 @@ class StepRunner:
             raise ProviderError("the request's deadline passed before the call", retryable=False)
         call = ProviderCall(model=worker.model, messages=messages, max_tokens=max_tokens,
                             temperature=task.temperature if task.HasField("temperature") else None,
-                            timeout_s=60.0 if deadline is None else max(0.1, deadline - time.time()))
+                            timeout_s=60.0 if deadline is None else max(0.1, deadline - time.time()),
+                            on_delta=deltas.add if deltas is not None else None)
+        if deltas is not None:
+            deltas.new_call()
         m.requests.labels(self._provider_name, name).inc()
         actual = estimate
         try:
             reply = await self._traced_call(task, worker, call)
             actual = reply.input_tokens + reply.output_tokens
+            if deltas is not None:
+                deltas.finish(reply.text)
             return reply
         except ProviderError as e:
             if e.status == 429:

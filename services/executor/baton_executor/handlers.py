@@ -19,7 +19,7 @@ import logging
 from collections import OrderedDict
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
-from baton.v1 import tasks_pb2, workflow_pb2
+from baton.v1 import responses_pb2, tasks_pb2, workflow_pb2
 from faststream import AckPolicy
 from faststream.kafka import KafkaMessage
 
@@ -30,6 +30,7 @@ from baton_platform.offsets import CommitPacer, OffsetTracker
 from baton_platform.service import Service
 
 from baton_executor.calls import StepRunner
+from baton_executor.deltas import DeltaBatcher
 from baton_executor.limits import WorkerLimits
 from baton_executor.metrics import ExecutorMetrics
 
@@ -110,8 +111,13 @@ class TaskConsumer(ConsumerRebalanceListener):
 
     async def _run(self, task: tasks_pb2.Task, tp: TopicPartition, offset: int, limits: WorkerLimits | None,
                    consumer) -> None:
+        deltas = self._deltas(task)
         try:
-            event = await self.runner.run(task)
+            event = await self.runner.run(task, deltas)
+            if deltas is not None:
+                # Every delta lands before the step's result, so the gateway sees them before the answer.
+                await deltas.close()
+                self.metrics.stream_records.labels(self.provider).inc(deltas.records)
             await self.service.broker.publish(encode(event), topics.WORKFLOW, key=task.request_id.encode())
             self.done.add(task.task_id)
             self._observe(task, event)
@@ -121,12 +127,27 @@ class TaskConsumer(ConsumerRebalanceListener):
         except Exception:  # noqa: BLE001 - left unfinished: the offset is not committed and the task is retried
             log.exception("task %s could not be completed; it will be retried", task.task_id)
         finally:
+            if deltas is not None:
+                deltas.abort()
             self.running.discard(task.task_id)
             self.in_flight.get(tp, set()).discard(asyncio.current_task())
             self.metrics.in_flight.labels(self.provider).dec()
             if limits is not None:
                 await limits.slots.release()
         await self.pacer.maybe_commit(consumer)
+
+    def _deltas(self, task: tasks_pb2.Task) -> DeltaBatcher | None:
+        """For a streaming request's answering task: its text, published as it comes to the partition
+        of baton.responses that the client's gateway replica reads."""
+        if not task.stream:
+            return None
+        key = task.request_id.encode()
+
+        async def publish(response: responses_pb2.Response) -> None:
+            await self.service.broker.publish(encode(response), topics.RESPONSES, key=key,
+                                              partition=task.reply_partition)
+
+        return DeltaBatcher(task.request_id, task.task_id, publish)
 
     def _observe(self, task: tasks_pb2.Task, event: workflow_pb2.WorkflowEvent) -> None:
         m, p, w = self.metrics, self.provider, task.worker

@@ -24,5 +24,7 @@ class ExecutorMetrics:
                                registry=registry)
         self.lag = Gauge("baton_consumer_lag", "Records of the tasks topic not yet processed by this replica",
                          ["provider", "topic"], registry=registry)
+        self.stream_records = Counter("baton_executor_stream_records", "Answer-delta records published for streaming requests",
+                                      ["provider"], registry=registry)
         self.share = Gauge("baton_executor_limit_share", "Share of the provider's limits this replica holds",
                            ["provider"], registry=registry)

@@ -187,18 +187,6 @@ def opening_chunk(request_id: str, model: str) -> dict[str, Any]:
             "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
 
 
-def stream_chunks(request_id: str, model: str, response: responses_pb2.Response, include_usage: bool) -> list[dict]:
-    """The chunks that follow the opening one once the answer is known."""
-    base = _chunk_base(request_id, model)
-    chunks = [
-        {**base, "choices": [{"index": 0, "delta": {"content": response.answer}, "finish_reason": None}]},
-        {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
-    ]
-    if include_usage:
-        chunks.append({**base, "choices": [], "usage": usage_body(response.episode.total)})
-    return chunks
-
-
 def sse(payload: dict[str, Any]) -> str:
     return f"data: {json.dumps(payload)}\n\n"
 

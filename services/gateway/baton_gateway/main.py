@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from baton_platform import topics
@@ -29,8 +29,9 @@ from baton_platform.messages import DeadLetters, PoisonMessage, decode, encode
 from baton_platform.telemetry import setup_tracing
 
 from baton_gateway.api import (DEFAULT_POLICY, ApiError, budget_from, completion_body, opening_chunk,
-                               parse_chat_request, parse_feedback, sse, stream_chunks, summary_header)
-from baton_gateway.replies import Replies
+                               parse_chat_request, parse_feedback, sse, summary_header)
+from baton_gateway.replies import INTERIM, Replies
+from baton_gateway.streaming import ClosingStreamingResponse, StreamedAnswer, closing_chunks, content_chunk
 
 SERVICE_NAME = "baton-gateway"
 
@@ -137,8 +138,8 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
                 return JSONResponse(e.body(), status_code=e.status)
             deadline = time.monotonic() + gw.request_timeout_s
             if req.stream:
-                return StreamingResponse(stream(req, request_id, waiter, deadline), media_type="text/event-stream",
-                                         headers={"x-baton-request-id": request_id})
+                return ClosingStreamingResponse(stream(req, request_id, waiter, deadline),
+                                                media_type="text/event-stream", headers={"x-baton-request-id": request_id})
             try:
                 response = await final_response(request_id, waiter, deadline)
             except ApiError as e:
@@ -168,31 +169,54 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
     async def final_response(request_id: str, waiter: asyncio.Queue, deadline: float) -> responses_pb2.Response:
         while True:
             response = await next_response(request_id, waiter, deadline)
-            if response.WhichOneof("outcome") != "progress":
+            if response.WhichOneof("outcome") not in INTERIM:
                 return check_final(request_id, response)
 
     async def stream(req, request_id: str, waiter: asyncio.Queue, deadline: float):
-        """OpenAI chat.completion.chunk events; workflow progress travels as SSE comments, which
-        standard parsers skip."""
-        yield sse(opening_chunk(request_id, req.model))
+        """OpenAI chat.completion.chunk events: the answer's text as its step produces it, reconciled
+        with the final answer (baton_gateway.streaming); workflow progress travels as SSE comments,
+        which standard parsers skip."""
+        answer, counted = StreamedAnswer(), False
         try:
-            while True:
-                response = await next_response(request_id, waiter, deadline)
-                if response.WhichOneof("outcome") != "progress":
-                    break
-                p = response.progress
-                yield f": baton step {p.step + 1}/{p.steps} {p.worker} {p.state}\n\n"
-            check_final(request_id, response)
-        except ApiError as e:
-            requests_total.labels(str(e.status)).inc()
-            yield sse(e.body())
+            yield sse(opening_chunk(request_id, req.model))
+            try:
+                while True:
+                    response = await next_response(request_id, waiter, deadline)
+                    kind = response.WhichOneof("outcome")
+                    if kind == "delta":
+                        if text := answer.accept(response.delta):
+                            yield sse(content_chunk(request_id, req.model, text))
+                        continue
+                    if kind != "progress":
+                        break
+                    p = response.progress
+                    yield f": baton step {p.step + 1}/{p.steps} {p.worker} {p.state}\n\n"
+                check_final(request_id, response)
+                rest = answer.finish(response.answer)
+                if rest is None:
+                    raise ApiError(502, "the answer changed after part of it was streamed (a retried or fallback "
+                                        f"provider call); repeat the request to get it whole (request {request_id})",
+                                   type="upstream_error", code="stream_diverged")
+            except ApiError as e:
+                requests_total.labels(str(e.status)).inc()
+                counted = True
+                yield sse(e.body())
+                yield "data: [DONE]\n\n"
+                return
+            requests_total.labels("200").inc()
+            counted = True
+            if rest:
+                yield sse(content_chunk(request_id, req.model, rest))
+            include_usage = bool(req.stream_options and req.stream_options.include_usage)
+            for chunk in closing_chunks(request_id, req.model, response, include_usage):
+                yield sse(chunk)
             yield "data: [DONE]\n\n"
-            return
-        requests_total.labels("200").inc()
-        include_usage = bool(req.stream_options and req.stream_options.include_usage)
-        for chunk in stream_chunks(request_id, req.model, response, include_usage):
-            yield sse(chunk)
-        yield "data: [DONE]\n\n"
+        except (asyncio.CancelledError, GeneratorExit):
+            if not counted:
+                requests_total.labels("499").inc()  # the client went away; the workflow runs on and is logged
+            raise
+        finally:
+            replies.abandon(request_id)  # later responses for a client that left are dropped, not queued
 
     async def feedback(request: Request) -> Response:
         try:

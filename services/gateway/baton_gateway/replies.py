@@ -13,6 +13,9 @@ import itertools
 from aiokafka import ConsumerRebalanceListener
 from baton.v1 import responses_pb2
 
+# Responses that precede a request's final one (answer or error): workflow progress and answer text.
+INTERIM = ("progress", "delta")
+
 
 class Replies(ConsumerRebalanceListener):
     def __init__(self) -> None:
@@ -36,7 +39,7 @@ class Replies(ConsumerRebalanceListener):
         return parts[next(self._turn) % len(parts)] if parts else None
 
     def expect(self, request_id: str) -> asyncio.Queue[responses_pb2.Response]:
-        """A queue that receives the request's progress responses, then its final one."""
+        """A queue that receives the request's interim responses, then its final one."""
         queue: asyncio.Queue[responses_pb2.Response] = asyncio.Queue()
         self._pending[request_id] = queue
         return queue
@@ -50,7 +53,7 @@ class Replies(ConsumerRebalanceListener):
         queue = self._pending.get(response.request_id)
         if queue is None:
             return False
-        if response.WhichOneof("outcome") != "progress":
+        if response.WhichOneof("outcome") not in INTERIM:
             del self._pending[response.request_id]
         queue.put_nowait(response)
         return True

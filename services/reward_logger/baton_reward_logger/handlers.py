@@ -151,8 +151,8 @@ def response_row_maker(scheme, cost_weight: float) -> RowMaker:
         response = decode(responses_pb2.Response, value)
         if not response.request_id:
             raise PoisonMessage("Response without request_id")
-        if response.WhichOneof("outcome") == "progress":
-            return None
+        if response.WhichOneof("outcome") not in ("answer", "error"):
+            return None  # progress and answer deltas for streaming clients: only final responses are episodes
         stamp = response.completed_unix_ms or response.episode.request.created_unix_ms
         return episode_row(response, score(response, scheme, cost_weight), partition, offset), stamp
 

@@ -241,6 +241,12 @@ class Workflows:
             step=i, steps=run.plan.steps, worker=run.workers.get(i, run.plan.workers[i]), state=state)),
             run.request.reply_partition) for i, state in changes]
 
+    def _streams(self, run: Run, step: int) -> bool:
+        """Whether the step's output goes to the client token by token: the last step of a streaming
+        request, unless a judge may pick another candidate's answer (then nothing is known until the
+        judge decides). A conductor step's inner workflow does not stream: its answer arrives whole."""
+        return run.request.stream and step == run.plan.steps - 1 and not self._judges(run)
+
     def _budget(self, run: Run) -> tuple[float, float, int, float]:
         """The request's call and cost limits (0: none), and the calls made and USD spent so far."""
         return (_tightest(self._config.synthesizer.max_calls, run.request.budget.max_calls),
@@ -321,6 +327,9 @@ class Workflows:
         )
         if run.request.HasField("temperature"):
             task.temperature = run.request.temperature
+        if self._streams(run, step):
+            task.stream = True
+            task.reply_partition = run.request.reply_partition
         run.started.add(step)
         run.workers[step] = worker.name
         run.attempts[step] = attempt

@@ -81,18 +81,30 @@ class Progress(_message.Message):
     state: str
     def __init__(self, step: _Optional[int] = ..., steps: _Optional[int] = ..., worker: _Optional[str] = ..., state: _Optional[str] = ...) -> None: ...
 
+class Delta(_message.Message):
+    __slots__ = ("text", "task_id", "offset")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    task_id: str
+    offset: int
+    def __init__(self, text: _Optional[str] = ..., task_id: _Optional[str] = ..., offset: _Optional[int] = ...) -> None: ...
+
 class Response(_message.Message):
-    __slots__ = ("request_id", "answer", "error", "progress", "episode", "completed_unix_ms")
+    __slots__ = ("request_id", "answer", "error", "progress", "delta", "episode", "completed_unix_ms")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     ANSWER_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
     EPISODE_FIELD_NUMBER: _ClassVar[int]
     COMPLETED_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     answer: str
     error: _common_pb2.Error
     progress: Progress
+    delta: Delta
     episode: Episode
     completed_unix_ms: int
-    def __init__(self, request_id: _Optional[str] = ..., answer: _Optional[str] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ..., episode: _Optional[_Union[Episode, _Mapping]] = ..., completed_unix_ms: _Optional[int] = ...) -> None: ...
+    def __init__(self, request_id: _Optional[str] = ..., answer: _Optional[str] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ..., delta: _Optional[_Union[Delta, _Mapping]] = ..., episode: _Optional[_Union[Episode, _Mapping]] = ..., completed_unix_ms: _Optional[int] = ...) -> None: ...

@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Task(_message.Message):
-    __slots__ = ("task_id", "request_id", "step", "attempt", "worker", "messages", "max_tokens", "temperature", "deadline_unix_ms", "query", "candidates")
+    __slots__ = ("task_id", "request_id", "step", "attempt", "worker", "messages", "max_tokens", "temperature", "deadline_unix_ms", "query", "candidates", "stream", "reply_partition")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
@@ -20,6 +20,8 @@ class Task(_message.Message):
     DEADLINE_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
     CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    REPLY_PARTITION_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     request_id: str
     step: int
@@ -31,4 +33,6 @@ class Task(_message.Message):
     deadline_unix_ms: int
     query: str
     candidates: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, task_id: _Optional[str] = ..., request_id: _Optional[str] = ..., step: _Optional[int] = ..., attempt: _Optional[int] = ..., worker: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_common_pb2.ChatMessage, _Mapping]]] = ..., max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., deadline_unix_ms: _Optional[int] = ..., query: _Optional[str] = ..., candidates: _Optional[_Iterable[str]] = ...) -> None: ...
+    stream: bool
+    reply_partition: int
+    def __init__(self, task_id: _Optional[str] = ..., request_id: _Optional[str] = ..., step: _Optional[int] = ..., attempt: _Optional[int] = ..., worker: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_common_pb2.ChatMessage, _Mapping]]] = ..., max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., deadline_unix_ms: _Optional[int] = ..., query: _Optional[str] = ..., candidates: _Optional[_Iterable[str]] = ..., stream: _Optional[bool] = ..., reply_partition: _Optional[int] = ...) -> None: ...

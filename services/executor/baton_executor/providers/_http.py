@@ -100,7 +100,7 @@ class HttpProvider:
             # httpx timeouts bound each phase (connect, each read); the
             # deadline below bounds the whole call, including slow streams.
             async with asyncio.timeout(call.timeout_s):
-                if self.stream:
+                if self.stream or call.on_delta is not None:
                     return await self._complete_streaming(call)
                 return await self._complete_plain(call)
         except TimeoutError:

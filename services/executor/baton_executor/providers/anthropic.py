@@ -105,6 +105,7 @@ class AnthropicProvider(HttpProvider):
                 delta = payload.get("delta") or {}
                 if delta.get("type") == "text_delta":
                     parts.append(delta.get("text", ""))
+                    call.emit(parts[-1])
             elif kind == "message_delta":
                 stop_reason = (payload.get("delta") or {}).get("stop_reason") or stop_reason
                 usage = payload.get("usage") or {}

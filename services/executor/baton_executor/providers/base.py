@@ -6,8 +6,8 @@ import email.utils
 import math
 import re
 import time
-from dataclasses import dataclass
-from typing import Mapping, Protocol, runtime_checkable
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Protocol, runtime_checkable
 
 import httpx
 
@@ -21,6 +21,13 @@ class ProviderCall:
     max_tokens: int | None = None
     temperature: float | None = None
     timeout_s: float = 60.0
+    # Receives each piece of the answer as the provider streams it; set, it makes the call stream.
+    # Pieces of a call that later fails were still delivered: the caller decides what they are worth.
+    on_delta: Callable[[str], None] | None = field(default=None, repr=False, compare=False)
+
+    def emit(self, text: str) -> None:
+        if text and self.on_delta is not None:
+            self.on_delta(text)
 
 
 @dataclass(frozen=True)

@@ -126,6 +126,7 @@ class GeminiProvider(HttpProvider):
                 if candidate.get("index", 0) != 0:
                     continue
                 parts.append(self._candidate_text(candidate))
+                call.emit(parts[-1])
                 finish_reason = candidate.get("finishReason") or finish_reason
         if finish_reason is None:
             if last and not last.get("candidates") and (last.get("promptFeedback") or {}).get("blockReason"):

@@ -94,6 +94,7 @@ class OpenAIProvider(HttpProvider):
                 delta = choice.get("delta") or {}
                 if delta.get("content"):
                     parts.append(delta["content"])
+                    call.emit(delta["content"])
                 if delta.get("refusal"):
                     refusal.append(delta["refusal"])
                 if choice.get("finish_reason"):
