@@ -37,7 +37,7 @@ def test_malformed_requests_get_a_400_that_says_why(body, fragment):
 def test_an_unknown_model_is_named():
     with pytest.raises(ApiError) as err:
         parse({"model": "gpt-5", "messages": [{"role": "user", "content": "x"}]})
-    assert err.value.status == 400 and err.value.code == "model_not_found" and "'gpt-5'" in err.value.message
+    assert err.value.status == 404 and err.value.code == "model_not_found" and "'gpt-5'" in err.value.message
 
 
 def test_a_budget_rides_in_openai_metadata():

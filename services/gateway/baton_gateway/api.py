@@ -16,9 +16,10 @@ class ApiError(Exception):
     """An OpenAI-style error: status, message, type, and the offending parameter if any."""
 
     def __init__(self, status: int, message: str, *, type: str = "invalid_request_error", param: str | None = None,
-                 code: str | None = None) -> None:
+                 code: str | None = None, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+        self.headers = headers or {}
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
@@ -103,8 +104,9 @@ def parse_chat_request(raw: bytes, known_models: set[str]) -> ChatCompletionRequ
         param = ".".join(str(p) for p in first["loc"]) or None
         raise ApiError(400, f"invalid request: {param}: {first['msg']}", param=param) from None
     if req.model not in known_models:
-        raise ApiError(400, f"the model {req.model!r} does not exist; available: {', '.join(sorted(known_models))}",
-                       param="model", code="model_not_found")
+        # OpenAI's answer to a model that is unknown or not the caller's to use: 404 model_not_found.
+        raise ApiError(404, f"The model {req.model!r} does not exist or you do not have access to it; available: "
+                       f"{', '.join(sorted(known_models)) or 'none'}.", code="model_not_found")
     return req
 
 
