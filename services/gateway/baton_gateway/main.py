@@ -239,10 +239,15 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
         return JSONResponse({"object": "list", "data": [
             {"id": m, "object": "model", "created": 0, "owned_by": "baton"} for m in gate.visible_models(principal, models)]})
 
-    schema = openapi_document()
+    schemas: dict[frozenset[str], dict] = {}
 
     async def openapi(request: Request) -> Response:
-        return JSONResponse(schema)
+        # Regenerated only when a policy version is published.
+        key = frozenset(models)
+        if key not in schemas:
+            schemas.clear()
+            schemas[key] = openapi_document(key)
+        return JSONResponse(schemas[key])
 
     async def http_error(request: Request, exc: HTTPException) -> Response:
         # OpenAI's shape for an unknown path or method too, so every error a client sees parses alike.

@@ -47,12 +47,15 @@ def _user_message_required(schema: dict[str, Any]) -> None:
                                           "properties": {"type": {"const": "text"}, "text": text}}}]}}}})
 
 
-def openapi_document() -> dict[str, Any]:
+def openapi_document(models: set[str] | frozenset[str] = frozenset({DEFAULT_POLICY})) -> dict[str, Any]:
     _, top = models_json_schema([(ChatCompletionRequest, "validation"), (FeedbackIn, "validation")],
                                 ref_template=_REF)
     schemas: dict[str, Any] = top["$defs"]
     _user_message_required(schemas["ChatCompletionRequest"])
-    schemas["ChatCompletionRequest"]["properties"]["model"]["examples"] = [DEFAULT_POLICY]
+    # The policies this gateway serves now (the default and every published version); whether a key
+    # may use one is its tenant's policy (404 model_not_found otherwise).
+    schemas["ChatCompletionRequest"]["properties"]["model"] = {
+        "type": "string", "enum": sorted(models), "description": "The policy: 'baton' or a published version."}
     schemas["Error"] = {
         "type": "object", "required": ["error"],
         "properties": {"error": {"type": "object", "required": ["message", "type", "param", "code"], "properties": {
@@ -94,7 +97,9 @@ def openapi_document() -> dict[str, Any]:
                 "responses": {
                     "200": {"description": "The answer; with `stream: true`, OpenAI chat.completion.chunk events.",
                             "content": {"application/json": {"schema": ref("ChatCompletion")},
-                                        "text/event-stream": {"schema": {"type": "string"}}}},
+                                        "text/event-stream": {"schema": {  # each event, as SSE parsers read it
+                                            "type": "object", "required": ["data"],
+                                            "properties": {"data": {"type": "string"}}}}}},
                     **ERRORS, **WORKFLOW_ERRORS}}},
             "/v1/models": {"get": {
                 "operationId": "listModels",
