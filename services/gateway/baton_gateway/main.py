@@ -46,8 +46,9 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
     dead_letters = DeadLetters(broker, SERVICE_NAME)
     replies = Replies()
     gw = config.gateway
-    # Each replica enforces its share of every limit: its share of baton.responses' partitions.
-    gate = Gatekeeper(config, share=lambda: replies.owned / config.kafka.partitions)
+    # Each replica enforces its share of every limit: its share of baton.responses' partitions (at
+    # most all of it, should the topic hold more partitions than configured).
+    gate = Gatekeeper(config, share=lambda: min(1.0, replies.owned / config.kafka.partitions))
     # The policies a client may ask for by `model`: the default plus every version published on
     # baton.policy (a small compacted topic every replica reads whole).
     models = {DEFAULT_POLICY}
