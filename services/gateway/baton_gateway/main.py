@@ -126,7 +126,6 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
                 req = parse_chat_request(await read_body(request), set(gate.visible_models(principal, models)))
                 if len(req.messages) > gw.max_messages:
                     raise ApiError(400, f"at most {gw.max_messages} messages are accepted", param="messages")
-                gate.admit(principal)
                 partition = replies.reply_partition()
                 if partition is None:
                     raise ApiError(503, "the gateway is not ready yet; retry shortly", type="service_unavailable")
@@ -145,6 +144,7 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
                     msg.temperature = req.temperature
                 msg.budget.CopyFrom(budget_from(req.metadata or {}))
                 msg.stream = req.stream
+                gate.admit(principal)  # last: a request refused for another reason uses none of the key's rate
                 waiter = replies.expect(request_id)
                 gate.opened(request_id, principal)
                 try:
