@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from baton_platform import topics
-from baton_platform.config import BatonConfig, load_config
+from baton_platform.config import BatonConfig, ConfigError, load_config
 from baton_platform.http import broker_ready, live_endpoint, metrics_endpoint, ready_endpoint, serve
 from baton_platform.kafka import consumer_options, make_broker
 from baton_platform.messages import DeadLetters, PoisonMessage, decode, encode
@@ -285,7 +285,11 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
 
 def run() -> None:
     config = load_config()
-    serve(create_app(config), config.gateway.host, config.gateway.port)
+    try:
+        app = create_app(config)
+    except ConfigError as e:  # no usable key, a bad key entry: say which, and do not start
+        raise SystemExit(f"baton-gateway: {e}") from None
+    serve(app, config.gateway.host, config.gateway.port)
 
 
 if __name__ == "__main__":
