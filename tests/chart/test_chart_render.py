@@ -109,6 +109,7 @@ def test_validator_catches_a_broken_manifest():
         (("router.conductor.backend=static",), "needs router.conductor.plan"),
         (("synthesizer.config.groupAnswer=judge",), "needs judge.worker"),
         (("gateway.auth.existingSecret=",), "gateway.auth.existingSecret"),
+        (("gateway.tenants=null",), "at least one entry in gateway.tenants"),
     ],
 )
 def test_refuses_values_that_would_deploy_something_broken(sets, message):

@@ -257,6 +257,30 @@ def test_api_keys_come_from_secret_key_refs():
     assert gateway_env["BATON_API_KEYS"]["valueFrom"]["secretKeyRef"]["name"] == "baton-gateway-api-keys"
 
 
+def test_the_gateway_requires_tenant_keys_by_default(tmp_path):
+    """The chart renders auth: keys with its tenants, and the gateway starts on that configuration with
+    the key entries its Secret holds (hashes only: the chart never sees a key)."""
+    from baton_gateway.auth import Gatekeeper
+    from baton_platform.apikeys import hash_key, key_entry, mint_key
+    from baton_platform.config import BatonConfig
+
+    values = tmp_path / "tenants.yaml"
+    values.write_text(yaml.safe_dump({"gateway": {"tenants": [
+        {"name": "acme", "models": ["baton"], "requestsPerMinute": 60, "tokensPerMinute": 10000, "budgetUsd": 12.5},
+        {"name": "ops"}]}}))
+    config = baton_config(render((THREE, str(values))))
+    assert config["gateway"]["auth"] == "keys" and "allow_unauthenticated_network" not in config["gateway"]
+    assert config["tenants"] == [{"name": "acme", "models": ["baton"], "requests_per_minute": 60,
+                                  "tokens_per_minute": 10000, "budget_usd": 12.5}, {"name": "ops"}]
+    key = mint_key()
+    gate = Gatekeeper(BatonConfig(**config), env={"BATON_API_KEYS": key_entry("acme", hash_key(key), ["chat"])})
+    assert gate.authenticate(f"Bearer {key}", "chat").tenant == "acme"
+    assert baton_config(render((THREE,)))["tenants"] == [{"name": "default", "models": ["*"]}]
+    # Turning auth off is explicit, and says the gateway listens beyond loopback on purpose.
+    open_config = baton_config(render((THREE,), ("gateway.auth.enabled=false",)))
+    assert open_config["gateway"]["auth"] == "none" and open_config["gateway"]["allow_unauthenticated_network"]
+
+
 def test_otel_points_every_service_at_the_collector():
     objects = render((THREE,))
     for d in by_kind(objects, "Deployment"):

@@ -17,6 +17,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from baton_devtools.stack import Stack, free_port
 from baton_devtools.standins.server import run_standin
 from baton_platform import topics
+from baton_platform.apikeys import hash_key
 from testbed import MMLU_PRO, default_config_data
 from e2e.otlp import OtlpReceiver
 
@@ -57,13 +58,16 @@ def stack(kafka_bootstrap, standin, tmp_path_factory):
         "access": [[], [], [0]],
     }
     data["kafka"] = {"partitions": 4, "session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
+    data["gateway"] = {"auth": "keys"}
+    data["tenants"] = [{"name": "team", "keys": [{"sha256": hash_key(CALLER_KEY), "scopes": ["chat", "feedback"]}]},
+                       {"name": "others"}]
     run_dir = tmp_path_factory.mktemp("stack")
     cfg = run_dir / "baton.yaml"
     import yaml
 
     cfg.write_text(yaml.safe_dump(data))
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-           "OTEL_BSP_SCHEDULE_DELAY": "200", "BATON_API_KEYS": f"other-key,{CALLER_KEY}",
+           "OTEL_BSP_SCHEDULE_DELAY": "200", "BATON_API_KEYS": f"others:{hash_key('other-key')}",
            "LOCAL_LLM_KEY": PROVIDER_KEY}
     st = Stack(run_dir, config_file=cfg, gateway_port=free_port(), bootstrap_servers=kafka_bootstrap, env=env)
     st.start(echo=lambda *_: None)
@@ -128,7 +132,7 @@ def test_an_answer_comes_back_through_every_service_in_one_trace(stack, client):
 
     ep = wait_for(episode, 20)
     assert ep is not None, "the episode never reached the dataset"
-    assert ep["answer"] == answer and ep["calls"] == 3
+    assert ep["answer"] == answer and ep["calls"] == 3 and ep["tenant"] == "team"
     assert (ep["grader"], ep["quality"], ep["reward"]) == ("regex", 1.0, 1.0), ep["reward_detail"]
     assert [s["worker"] for s in ep["steps"]] == ["gemini-flash", "llama-70b", "local-llm"]
 
@@ -156,7 +160,7 @@ def test_models_and_bad_requests(stack, client):
     with pytest.raises(openai.BadRequestError) as err:
         client.chat.completions.create(model="baton", messages=[])
     assert "at least one message" in err.value.message
-    with pytest.raises(openai.BadRequestError) as err:
+    with pytest.raises(openai.NotFoundError) as err:  # 404, as OpenAI answers an unknown model
         client.chat.completions.create(model="gpt-5", messages=[{"role": "user", "content": "hi"}])
     assert err.value.code == "model_not_found"
     big = httpx.post(stack.base_url + "/chat/completions", content=b"x" * 1_100_000,

@@ -24,8 +24,14 @@ def test_a_plain_openai_request_parses():
     ({"model": "baton", "messages": []}, "at least one message"),
     ({"model": "baton", "messages": [{"role": "system", "content": "only system"}]}, "non-empty user message"),
     ({"model": "baton", "messages": [{"role": "wizard", "content": "x"}]}, "messages.0.role"),
+    ({"model": "baton", "messages": [{"role": "user", "content": "x"}, {"role": "tool", "content": "y"}]},
+     "messages.1.role"),
     ({"model": "baton", "messages": [{"role": "user", "content": "x"}], "temperature": 7}, "temperature"),
     ({"model": "baton", "messages": [{"role": "user", "content": "x"}], "n": 3}, "n"),
+    # Found by the fuzz suite: each once reached the wire format and failed there with a 500.
+    ({"model": "baton", "messages": [{"role": "user", "content": "x"}], "max_tokens": 2**38}, "max_tokens"),
+    ({"model": "baton", "messages": [{"role": "user", "content": "x"}], "stream": "false"}, "stream"),
+    (b'{"model": "baton", "messages": [{"role": "user", "content": "x\\udb98"}]}', "unpaired surrogate"),
 ])
 def test_malformed_requests_get_a_400_that_says_why(body, fragment):
     with pytest.raises(ApiError) as err:
@@ -37,7 +43,7 @@ def test_malformed_requests_get_a_400_that_says_why(body, fragment):
 def test_an_unknown_model_is_named():
     with pytest.raises(ApiError) as err:
         parse({"model": "gpt-5", "messages": [{"role": "user", "content": "x"}]})
-    assert err.value.status == 400 and err.value.code == "model_not_found" and "'gpt-5'" in err.value.message
+    assert err.value.status == 404 and err.value.code == "model_not_found" and "'gpt-5'" in err.value.message
 
 
 def test_a_budget_rides_in_openai_metadata():
@@ -47,8 +53,9 @@ def test_a_budget_rides_in_openai_metadata():
     assert b.max_cost_usd == 0.05 and b.max_calls == 3
     with pytest.raises(ApiError, match="metadata.baton_max_calls must be a number"):
         budget_from({"baton_max_calls": "three"})
-    with pytest.raises(ApiError, match="must be positive"):
-        budget_from({"baton_max_cost_usd": "-1"})
+    for bad in ({"baton_max_cost_usd": "-1"}, {"baton_max_cost_usd": "nan"}, {"baton_max_calls": str(2**40)}):
+        with pytest.raises(ApiError, match="must be positive and finite"):
+            budget_from(bad)
 
 
 def test_feedback_is_validated_and_joins_on_the_request_id():

@@ -103,13 +103,24 @@ the application's defaults apply; false and 0 are kept. Nested maps (adapter nam
 
 {{- $g := $v.gateway -}}
 {{- $gateway := dict "host" "0.0.0.0" "port" $g.containerPort "request_timeout_s" $g.config.requestTimeoutS "max_body_bytes" $g.config.maxBodyBytes "max_messages" $g.config.maxMessages -}}
+{{- if $g.auth.enabled -}}
+{{- $_ := set $gateway "auth" "keys" -}}
+{{- else -}}
+{{- /* Only behind the operator's own authenticating proxy (values say so by turning auth off). */ -}}
+{{- $_ := set $gateway "auth" "none" -}}
+{{- $_ := set $gateway "allow_unauthenticated_network" true -}}
+{{- end -}}
+{{- $tenants := list -}}
+{{- range $t := $g.tenants -}}
+{{- $tenants = append $tenants (include "baton.snakeSection" (dict "values" $t) | fromJson) -}}
+{{- end -}}
 {{- $router := dict "host" "0.0.0.0" "port" $r.containerPort "explore_share" $r.exploration.share "explore_group_size" $r.exploration.groupSize -}}
 {{- $synthesizer := dict "host" "0.0.0.0" "port" $v.synthesizer.containerPort "step_timeout_s" $v.synthesizer.config.stepTimeoutS "group_answer" $v.synthesizer.config.groupAnswer -}}
 {{- $executor := dict "host" "0.0.0.0" "port" $v.executorDefaults.containerPort "max_attempts" $v.executorDefaults.maxAttempts -}}
 {{- $rl := $v.rewardLogger -}}
 {{- $rewardLogger := dict "host" "0.0.0.0" "port" $rl.containerPort "dataset_dir" $rl.dataset.mountPath "flush_every" $rl.config.flushEvery "flush_interval_s" $rl.config.flushIntervalS -}}
 
-{{- $config := dict "workers" $workers "conductor" $conductor "kafka" $kafka "gateway" $gateway "router" $router "synthesizer" $synthesizer "executor" $executor "reward_logger" $rewardLogger -}}
+{{- $config := dict "workers" $workers "conductor" $conductor "kafka" $kafka "gateway" $gateway "router" $router "synthesizer" $synthesizer "executor" $executor "reward_logger" $rewardLogger "tenants" $tenants -}}
 {{- with $v.judge.worker }}{{ $_ := set $config "judge" (include "baton.snakeSection" (dict "values" $v.judge) | fromJson) }}{{ end -}}
 {{- toYaml $config -}}
 {{- end -}}
@@ -194,6 +205,9 @@ Checks the schema cannot express. Each failure says what is wrong and which valu
 {{- end -}}
 {{- end -}}
 {{- if and $v.gateway.auth.enabled (not $v.gateway.auth.existingSecret) -}}
-{{- fail "gateway.auth.enabled needs gateway.auth.existingSecret: a Secret whose key gateway.auth.existingSecretKey holds comma-separated API keys" -}}
+{{- fail "gateway.auth.enabled needs gateway.auth.existingSecret: a Secret whose key gateway.auth.existingSecretKey holds the key entries `tenant:sha256[:scope+scope]` (`baton keys create --tenant NAME` prints one)" -}}
+{{- end -}}
+{{- if and $v.gateway.auth.enabled (not $v.gateway.tenants) -}}
+{{- fail "gateway.auth.enabled needs at least one entry in gateway.tenants: every key belongs to a tenant" -}}
 {{- end -}}
 {{- end -}}

@@ -65,6 +65,34 @@ def cmd_eval(args) -> int:
     return replay.main(args.rest)
 
 
+def cmd_keys(args) -> int:
+    from baton_platform.apikeys import hash_key, key_entry, mint_key
+    from baton_platform.config import SCOPES, TENANT_NAME
+
+    if args.action == "hash":
+        # An existing key, read from stdin so it stays out of shell history and process listings.
+        key = sys.stdin.readline().strip()
+        if not key:
+            print("baton: give the key on stdin", file=sys.stderr)
+            return 2
+        print(hash_key(key))
+        return 0
+    import re
+
+    scopes = [s for s in args.scopes.split(",") if s]
+    if not re.match(TENANT_NAME, args.tenant or "") or not scopes or not set(scopes) <= set(SCOPES):
+        print(f"baton: --tenant must match {TENANT_NAME} and --scopes be some of {','.join(SCOPES)}", file=sys.stderr)
+        return 2
+    key = mint_key()
+    digest = hash_key(key)
+    print(f"API key for tenant {args.tenant} (shown once; Baton keeps only its hash):\n\n  {key}\n")
+    print("Add its hash to the tenant in the configuration file:\n")
+    print(f"  tenants:\n    - name: {args.tenant}\n      keys:\n        - {{sha256: {digest}, scopes: [{', '.join(scopes)}]}}\n")
+    print(f"or as an entry of BATON_API_KEYS (gateway.keys_env), e.g. in the chart's Secret:\n\n"
+          f"  {key_entry(args.tenant, digest, scopes)}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="baton", description="Baton: LLM workflows over Kafka")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -84,6 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("mode", choices=["replay"])
     p.add_argument("rest", nargs=argparse.REMAINDER, help="arguments of the replay evaluation (see --help)")
     p.set_defaults(fn=cmd_eval)
+    p = sub.add_parser("keys", help="gateway API keys: `baton keys create --tenant NAME`, `baton keys hash < KEY`")
+    p.add_argument("action", choices=["create", "hash"])
+    p.add_argument("--tenant", help="the tenant the new key belongs to (create)")
+    p.add_argument("--scopes", default="chat", help="comma-separated: chat, feedback (create; default chat)")
+    p.set_defaults(fn=cmd_keys)
     args = parser.parse_args(argv)
     try:
         return args.fn(args)

@@ -43,6 +43,7 @@ def demo_config(dataset: Path, data_dir: Path) -> dict:
         "conductor": {"backend": "policy", "policy": {"epsilon": 0.1}},
         "kafka": {"partitions": 4, "session_timeout_ms": 6000, "heartbeat_interval_ms": 1000},
         "reward_logger": {"flush_interval_s": 0.5, "reward_scheme": "quality_minus_cost"},
+        "gateway": {"auth": "none"},  # local, on loopback
     }
 
 

@@ -261,6 +261,41 @@ class GatewayConfig(_HttpService):
     request_timeout_s: float = Field(default=120.0, gt=0)
     max_body_bytes: int = Field(default=1_000_000, gt=0)
     max_messages: int = Field(default=256, gt=0)
+    auth: Literal["keys", "none"] = Field(
+        default="keys",
+        description="'keys': every call needs a tenant's API key (see `tenants`); 'none': anyone who reaches the "
+        "gateway may call it, so it is refused on a non-loopback host unless allow_unauthenticated_network is set.")
+    allow_unauthenticated_network: bool = Field(
+        default=False, description="Let `auth: none` listen on a non-loopback host (behind your own auth proxy).")
+    keys_env: str = Field(
+        default="BATON_API_KEYS",
+        description="Environment variable holding more key hashes, `tenant:sha256hex[:scope+scope]`, separated by "
+        "commas or whitespace (how a Kubernetes Secret supplies them).")
+
+
+Scope = Literal["chat", "feedback"]
+SCOPES: tuple[str, ...] = ("chat", "feedback")
+TENANT_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+
+
+class TenantKey(_Strict):
+    """One API key of a tenant, by its hash: the key itself is shown once by `baton keys create`."""
+
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="SHA-256 of the key, lowercase hex.")
+    scopes: list[Scope] = Field(default_factory=lambda: ["chat"], min_length=1,
+                                description="'chat': chat completions and models; 'feedback': POST /v1/feedback.")
+    name: str = Field(default="", max_length=64, description="Who holds the key, for people; never the key.")
+
+
+class TenantConfig(_Strict):
+    name: str = Field(pattern=TENANT_NAME)
+    models: list[str] = Field(default_factory=lambda: ["*"], min_length=1,
+                              description="Policies (the OpenAI `model`) the tenant may use; '*' is every one.")
+    requests_per_minute: int | None = Field(default=None, gt=0, description="Per key; unset: no limit.")
+    tokens_per_minute: int | None = Field(default=None, gt=0, description="Per key, input plus output; unset: no limit.")
+    budget_usd: float | None = Field(default=None, gt=0,
+                                     description="Spend after which the tenant's calls get 429 insufficient_quota.")
+    keys: list[TenantKey] = Field(default_factory=list)
 
 
 class RouterConfig(_HttpService):
@@ -331,6 +366,8 @@ class BatonConfig(BaseSettings):
     executor: ExecutorConfig = ExecutorConfig()
     reward_logger: RewardLoggerConfig = RewardLoggerConfig()
     judge: JudgeConfig | None = None
+    tenants: list[TenantConfig] = Field(default_factory=list,
+                                        description="Who may call the gateway (gateway.auth: keys), with limits.")
 
     @classmethod
     def settings_customise_sources(
@@ -371,6 +408,17 @@ class BatonConfig(BaseSettings):
             raise ValueError(f"judge.worker {self.judge.worker!r} is not a configured worker")
         if self.synthesizer.group_answer == "judge" and self.judge is None:
             raise ValueError("synthesizer.group_answer 'judge' needs a `judge:` section naming the judging worker")
+        tenants = [t.name for t in self.tenants]
+        if len(set(tenants)) != len(tenants):
+            raise ValueError("tenants: every tenant needs its own name")
+        hashes = [k.sha256 for t in self.tenants for k in t.keys]
+        if len(set(hashes)) != len(hashes):
+            raise ValueError("tenants: one key hash is listed twice; a key belongs to one tenant")
+        if (self.gateway.auth == "none" and not is_loopback(self.gateway.host)
+                and not self.gateway.allow_unauthenticated_network):
+            raise ValueError(f"gateway.auth 'none' on host {self.gateway.host!r} would let anyone on the network "
+                             "spend your provider budget: bind to 127.0.0.1, use `auth: keys`, or set "
+                             "gateway.allow_unauthenticated_network: true behind your own auth proxy")
         if self.conductor.backend == "static" and self.conductor.plan is None:
             raise ValueError("conductor.plan is required when conductor.backend is 'static'")
         return self
@@ -390,6 +438,18 @@ class BatonConfig(BaseSettings):
         if self.conductor.fallback_plan is not None:
             return self.conductor.fallback_plan
         return StaticPlan(workers=[self.workers[0].name], subtasks=["Answer the question."], access=[[]])
+
+
+def is_loopback(host: str) -> bool:
+    """True for an address only this machine can reach (127.0.0.0/8, ::1, localhost)."""
+    import ipaddress
+
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # any other name may resolve to an address others reach
 
 
 def _format_errors(err: ValidationError) -> str:

@@ -3,36 +3,41 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from typing import Any, Literal
 
 from baton.v1 import common_pb2, feedback_pb2, responses_pb2
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 DEFAULT_POLICY = "baton"
+INT32_MAX = 2**31 - 1
 
 
 class ApiError(Exception):
     """An OpenAI-style error: status, message, type, and the offending parameter if any."""
 
     def __init__(self, status: int, message: str, *, type: str = "invalid_request_error", param: str | None = None,
-                 code: str | None = None) -> None:
+                 code: str | None = None, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+        self.headers = headers or {}
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
 class TextPart(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
     type: Literal["text"]
     text: str
 
 
 class MessageIn(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    role: Literal["system", "developer", "user", "assistant", "tool"]
+    model_config = ConfigDict(extra="ignore", strict=True)
+    # Baton runs no tools, and its workers take system, user and assistant turns: a `tool` turn would
+    # fail the workflow at the provider, so it is refused here with a 400.
+    role: Literal["system", "developer", "user", "assistant"]
     content: str | list[TextPart] | None = None
 
     def text(self) -> str:
@@ -44,22 +49,35 @@ class MessageIn(BaseModel):
 
 
 class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
     include_usage: bool = False
 
 
 class ChatCompletionRequest(BaseModel):
-    # Unknown OpenAI parameters are accepted and ignored, as most compatible servers do.
-    model_config = ConfigDict(extra="ignore")
+    # Unknown OpenAI parameters are accepted and ignored, as most compatible servers do. Types are
+    # strict, as OpenAI's are: "stream": "false" is a 400, not a request to stream.
+    model_config = ConfigDict(extra="ignore", strict=True)
     model: str = Field(min_length=1)
     messages: list[MessageIn]
-    max_tokens: int | None = Field(default=None, gt=0)
-    max_completion_tokens: int | None = Field(default=None, gt=0)
+    # The wire format carries them as int32.
+    max_tokens: int | None = Field(default=None, gt=0, le=INT32_MAX)
+    max_completion_tokens: int | None = Field(default=None, gt=0, le=INT32_MAX)
     temperature: float | None = Field(default=None, ge=0, le=2)
     stream: bool = False
     stream_options: StreamOptions | None = None
     metadata: dict[str, str] | None = None
     n: int = Field(default=1, ge=1, le=1, description="Baton answers with one choice.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _integral_floats(cls, data: Any) -> Any:
+        # JSON has one number type: 5.0 is an integer to JSON Schema, so it is taken as 5.
+        if isinstance(data, dict):
+            for name in ("max_tokens", "max_completion_tokens", "n"):
+                value = data.get(name)
+                if isinstance(value, float) and value.is_integer():
+                    data = {**data, name: int(value)}
+        return data
 
     @field_validator("messages")
     @classmethod
@@ -72,7 +90,7 @@ class ChatCompletionRequest(BaseModel):
 
 
 class FeedbackIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     response_id: str = Field(min_length=1, max_length=200, description="The completion's id (chatcmpl-...) or request id.")
     score: float = Field(ge=-1, le=1, description="-1 (bad) to 1 (good).")
     comment: str = Field(default="", max_length=4000)
@@ -97,14 +115,20 @@ def parse_chat_request(raw: bytes, known_models: set[str]) -> ChatCompletionRequ
     if not isinstance(data, dict):
         raise ApiError(400, "the request body must be a JSON object")
     try:
+        # JSON may spell an unpaired surrogate (\udb98), which no UTF-8 message can carry on.
+        json.dumps(data, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        raise ApiError(400, "the request body is not valid JSON: a string holds an unpaired surrogate") from None
+    try:
         req = ChatCompletionRequest.model_validate(data)
     except ValidationError as e:
         first = e.errors()[0]
         param = ".".join(str(p) for p in first["loc"]) or None
         raise ApiError(400, f"invalid request: {param}: {first['msg']}", param=param) from None
     if req.model not in known_models:
-        raise ApiError(400, f"the model {req.model!r} does not exist; available: {', '.join(sorted(known_models))}",
-                       param="model", code="model_not_found")
+        # OpenAI's answer to a model that is unknown or not the caller's to use: 404 model_not_found.
+        raise ApiError(404, f"The model {req.model!r} does not exist or you do not have access to it; available: "
+                       f"{', '.join(sorted(known_models)) or 'none'}.", code="model_not_found")
     return req
 
 
@@ -121,8 +145,8 @@ def budget_from(metadata: dict[str, str]) -> common_pb2.Budget:
             value = float(metadata[key]) if field == "max_cost_usd" else int(metadata[key])
         except ValueError:
             raise ApiError(400, f"metadata.{key} must be a number, got {metadata[key]!r}", param=f"metadata.{key}") from None
-        if value <= 0:
-            raise ApiError(400, f"metadata.{key} must be positive", param=f"metadata.{key}")
+        if not 0 < value < (math.inf if field == "max_cost_usd" else INT32_MAX):
+            raise ApiError(400, f"metadata.{key} must be positive and finite", param=f"metadata.{key}")
         setattr(budget, field, value)
     return budget
 

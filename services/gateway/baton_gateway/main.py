@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
-import os
 import time
 import uuid
 
@@ -17,12 +15,13 @@ from opentelemetry import propagate, trace
 from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from baton_platform import topics
-from baton_platform.config import BatonConfig, load_config
+from baton_platform.config import BatonConfig, ConfigError, load_config
 from baton_platform.http import broker_ready, live_endpoint, metrics_endpoint, ready_endpoint, serve
 from baton_platform.kafka import consumer_options, make_broker
 from baton_platform.messages import DeadLetters, PoisonMessage, decode, encode
@@ -30,14 +29,14 @@ from baton_platform.telemetry import setup_tracing
 
 from baton_gateway.api import (DEFAULT_POLICY, ApiError, budget_from, completion_body, opening_chunk,
                                parse_chat_request, parse_feedback, sse, summary_header)
+from baton_gateway.auth import Gatekeeper
+from baton_gateway.openapi import openapi_document
 from baton_gateway.replies import INTERIM, Replies
 from baton_gateway.streaming import ClosingStreamingResponse, StreamedAnswer, closing_chunks, content_chunk
 
 SERVICE_NAME = "baton-gateway"
-
-
-def _api_keys() -> set[str]:
-    return {k.strip() for k in os.environ.get("BATON_API_KEYS", "").split(",") if k.strip()}
+# Workflow errors that mean time ran out: 504, as a gateway answers for a slow upstream; others 502.
+TIMEOUT_CODES = {"step_timeout", "deadline_exceeded"}
 
 
 def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = None) -> Starlette:
@@ -48,7 +47,9 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
     dead_letters = DeadLetters(broker, SERVICE_NAME)
     replies = Replies()
     gw = config.gateway
-    api_keys = _api_keys()
+    # Each replica enforces its share of every limit: its share of baton.responses' partitions (at
+    # most all of it, should the topic hold more partitions than configured).
+    gate = Gatekeeper(config, share=lambda: min(1.0, replies.owned / config.kafka.partitions))
     # The policies a client may ask for by `model`: the default plus every version published on
     # baton.policy (a small compacted topic every replica reads whole).
     models = {DEFAULT_POLICY}
@@ -56,6 +57,14 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
     requests_total = Counter("baton_gateway_requests", "Chat requests", ["status"], registry=registry)
     latency = Histogram("baton_gateway_request_seconds", "End-to-end request latency", registry=registry,
                         buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120))
+    tenant_requests = Counter("baton_gateway_tenant_requests", "Chat requests by tenant and outcome",
+                              ["tenant", "outcome"], registry=registry)
+    tenant_tokens = Counter("baton_gateway_tenant_tokens", "Tokens of final responses by tenant",
+                            ["tenant", "direction"], registry=registry)
+    tenant_cost = Counter("baton_gateway_tenant_cost_usd", "Spend of final responses by tenant (USD)",
+                          ["tenant"], registry=registry)
+    for tenant in gate.tenants:  # every tenant shows from the start, at zero
+        tenant_cost.labels(tenant)
     Gauge("baton_gateway_waiting", "Requests waiting for an answer", registry=registry).set_function(
         lambda: replies.waiting)
 
@@ -67,7 +76,19 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
         except PoisonMessage as e:
             await dead_letters.send(msg, str(e))
             return
+        if response.WhichOneof("outcome") not in INTERIM:
+            settle(response)
         replies.deliver(response)
+
+    def settle(response: responses_pb2.Response) -> None:
+        """Spend and tokens of every final response (exploration candidates too: the tenant caused them)."""
+        tenant, total = response.episode.request.tenant, response.episode.total
+        gate.settle(response.request_id, tenant, total.input_tokens, total.output_tokens, total.cost_usd)
+        if tenant:
+            tenant_requests.labels(tenant, "answered" if response.WhichOneof("outcome") == "answer" else "failed").inc()
+            tenant_tokens.labels(tenant, "input").inc(total.input_tokens)
+            tenant_tokens.labels(tenant, "output").inc(total.output_tokens)
+            tenant_cost.labels(tenant).inc(total.cost_usd)
 
     @broker.subscriber(topics.POLICY, auto_offset_reset="earliest", ack_policy=AckPolicy.ACK_FIRST)
     async def on_policy(msg: KafkaMessage) -> None:
@@ -79,33 +100,31 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
         if update.version:
             models.add(update.version)
 
-    def authorize(request: Request) -> None:
-        if not api_keys:
-            return
-        header = request.headers.get("authorization", "")
-        token = header[7:].strip() if header.lower().startswith("bearer ") else ""
-        if not any(hmac.compare_digest(token.encode(), k.encode()) for k in api_keys):
-            raise ApiError(401, "missing or invalid API key: send 'Authorization: Bearer <key>'",
-                           type="authentication_error", code="invalid_api_key")
+    def authorize(request: Request, scope: str):
+        return gate.authenticate(request.headers.get("authorization"), scope)
+
+    def error_response(e: ApiError) -> JSONResponse:
+        return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
 
     async def read_body(request: Request) -> bytes:
         declared = request.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > gw.max_body_bytes:
-            raise ApiError(413, f"the request body is larger than {gw.max_body_bytes} bytes")
+            raise ApiError(413, f"the request body is larger than {gw.max_body_bytes} bytes", code="request_too_large")
         body = bytearray()
         async for chunk in request.stream():
             body.extend(chunk)
             if len(body) > gw.max_body_bytes:
-                raise ApiError(413, f"the request body is larger than {gw.max_body_bytes} bytes")
+                raise ApiError(413, f"the request body is larger than {gw.max_body_bytes} bytes", code="request_too_large")
         return bytes(body)
 
     async def chat_completions(request: Request) -> Response:
         started = time.perf_counter()
         with tracer.start_as_current_span("POST /v1/chat/completions", kind=trace.SpanKind.SERVER,
                                           context=propagate.extract(request.headers)) as span:
+            principal = None
             try:
-                authorize(request)
-                req = parse_chat_request(await read_body(request), models)
+                principal = authorize(request, "chat")
+                req = parse_chat_request(await read_body(request), set(gate.visible_models(principal, models)))
                 if len(req.messages) > gw.max_messages:
                     raise ApiError(400, f"at most {gw.max_messages} messages are accepted", param="messages")
                 partition = replies.reply_partition()
@@ -120,12 +139,15 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
                                                      content=m.text()) for m in req.messages],
                     max_tokens=req.max_completion_tokens or req.max_tokens or 0,
                     metadata=req.metadata or {}, created_unix_ms=now_ms,
-                    deadline_unix_ms=now_ms + int(gw.request_timeout_s * 1000), reply_partition=partition)
+                    deadline_unix_ms=now_ms + int(gw.request_timeout_s * 1000), reply_partition=partition,
+                    tenant=principal.tenant)
                 if req.temperature is not None:
                     msg.temperature = req.temperature
                 msg.budget.CopyFrom(budget_from(req.metadata or {}))
                 msg.stream = req.stream
+                gate.admit(principal)  # last: a request refused for another reason uses none of the key's rate
                 waiter = replies.expect(request_id)
+                gate.opened(request_id, principal)
                 try:
                     await broker.publish(encode(msg), topics.REQUESTS, key=request_id.encode())
                 except Exception as e:  # noqa: BLE001 - the broker is unreachable: say so, keep nothing
@@ -134,8 +156,10 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
                                    type="service_unavailable") from None
             except ApiError as e:
                 requests_total.labels(str(e.status)).inc()
+                if principal is not None:
+                    tenant_requests.labels(principal.tenant, e.code if e.status == 429 else "rejected").inc()
                 span.set_attribute("http.response.status_code", e.status)
-                return JSONResponse(e.body(), status_code=e.status)
+                return error_response(e)
             deadline = time.monotonic() + gw.request_timeout_s
             if req.stream:
                 return ClosingStreamingResponse(stream(req, request_id, waiter, deadline),
@@ -158,12 +182,13 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
         except asyncio.TimeoutError:
             replies.abandon(request_id)
             raise ApiError(504, f"no answer within {gw.request_timeout_s:g} s (request {request_id})",
-                           type="timeout", code="timeout") from None
+                           type="server_error", code="timeout") from None
 
     def check_final(request_id: str, response: responses_pb2.Response) -> responses_pb2.Response:
         if response.WhichOneof("outcome") == "error":
-            raise ApiError(502, f"the workflow failed: {response.error.message} (request {request_id})",
-                           type="upstream_error", code=response.error.code)
+            status = 504 if response.error.code in TIMEOUT_CODES else 502
+            raise ApiError(status, f"the workflow failed: {response.error.message} (request {request_id})",
+                           type="server_error", code=response.error.code)
         return response
 
     async def final_response(request_id: str, waiter: asyncio.Queue, deadline: float) -> responses_pb2.Response:
@@ -196,7 +221,7 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
                 if rest is None:
                     raise ApiError(502, "the answer changed after part of it was streamed (a retried or fallback "
                                         f"provider call); repeat the request to get it whole (request {request_id})",
-                                   type="upstream_error", code="stream_diverged")
+                                   type="server_error", code="stream_diverged")
             except ApiError as e:
                 requests_total.labels(str(e.status)).inc()
                 counted = True
@@ -220,20 +245,44 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
 
     async def feedback(request: Request) -> Response:
         try:
-            authorize(request)
+            authorize(request, "feedback")
             fb = parse_feedback(await read_body(request))
-            await broker.publish(encode(fb), topics.FEEDBACK, key=fb.response_id.encode())
+            try:
+                await broker.publish(encode(fb), topics.FEEDBACK, key=fb.response_id.encode())
+            except Exception as e:  # noqa: BLE001 - the broker is unreachable: say so
+                raise ApiError(503, f"the feedback could not be queued ({type(e).__name__}); retry shortly",
+                               type="service_unavailable") from None
         except ApiError as e:
-            return JSONResponse(e.body(), status_code=e.status)
+            return error_response(e)
         return JSONResponse({"object": "feedback", "response_id": fb.response_id, "accepted": True}, status_code=202)
 
     async def list_models(request: Request) -> Response:
         try:
-            authorize(request)
+            principal = authorize(request, "chat")
         except ApiError as e:
-            return JSONResponse(e.body(), status_code=e.status)
+            return error_response(e)
         return JSONResponse({"object": "list", "data": [
-            {"id": m, "object": "model", "created": 0, "owned_by": "baton"} for m in sorted(models)]})
+            {"id": m, "object": "model", "created": 0, "owned_by": "baton"} for m in gate.visible_models(principal, models)]})
+
+    schemas: dict[frozenset[str], dict] = {}
+
+    async def openapi(request: Request) -> Response:
+        # Regenerated only when a policy version is published.
+        key = frozenset(models)
+        if key not in schemas:
+            schemas.clear()
+            schemas[key] = openapi_document(key)
+        return JSONResponse(schemas[key])
+
+    async def http_error(request: Request, exc: HTTPException) -> Response:
+        # OpenAI's shape for an unknown path or method too, so every error a client sees parses alike.
+        message = f"Invalid URL ({request.method} {request.url.path})" if exc.status_code == 404 else exc.detail
+        return JSONResponse(ApiError(exc.status_code, message).body(), status_code=exc.status_code,
+                            headers=getattr(exc, "headers", None))
+
+    async def server_error(request: Request, exc: Exception) -> Response:
+        return JSONResponse(ApiError(500, "The server had an error while processing your request.",
+                                     type="server_error").body(), status_code=500)
 
     async def replies_ready() -> str | None:
         return None if replies.ready else "no partition of baton.responses assigned yet"
@@ -254,12 +303,17 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
         Route("/health/live", live_endpoint(), methods=["GET"]),
         Route("/health/ready", ready_endpoint([lambda: broker_ready(broker), replies_ready]), methods=["GET"]),
         Route("/metrics", metrics_endpoint(registry), methods=["GET"]),
-    ], lifespan=lifespan)
+        Route("/openapi.json", openapi, methods=["GET"]),
+    ], lifespan=lifespan, exception_handlers={HTTPException: http_error, Exception: server_error})
 
 
 def run() -> None:
     config = load_config()
-    serve(create_app(config), config.gateway.host, config.gateway.port)
+    try:
+        app = create_app(config)
+    except ConfigError as e:  # no usable key, a bad key entry: say which, and do not start
+        raise SystemExit(f"baton-gateway: {e}") from None
+    serve(app, config.gateway.host, config.gateway.port)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,11 @@ class Replies(ConsumerRebalanceListener):
         self._partitions = sorted(tp.partition for tp in assigned)
 
     @property
+    def owned(self) -> int:
+        """Partitions of baton.responses this replica reads: its share of the gateway's traffic."""
+        return len(self._partitions)
+
+    @property
     def ready(self) -> bool:
         return bool(self._partitions)
 

@@ -46,7 +46,7 @@ EPISODE_SCHEMA = pa.schema([
     ("input_tokens", pa.int64()), ("output_tokens", pa.int64()), ("cost_usd", pa.float64()), ("calls", pa.int32()),
     ("latency_ms", pa.float64()), ("grader", pa.string()), ("reference", pa.string()), ("quality", pa.float64()),
     ("reward", pa.float64()), ("reward_detail", pa.string()), ("judge_json", pa.string()),
-    ("source_partition", pa.int32()), ("source_offset", pa.int64()),
+    ("source_partition", pa.int32()), ("source_offset", pa.int64()), ("tenant", pa.string()),
 ])
 
 FEEDBACK_SCHEMA = pa.schema([
@@ -89,7 +89,7 @@ def episode_row(r: responses_pb2.Response, reward: Reward, partition: int, offse
         "cost_usd": ep.total.cost_usd, "calls": ep.total.calls, "latency_ms": ep.latency_ms,
         "grader": reward.grader, "reference": reward.reference, "quality": reward.quality, "reward": reward.reward,
         "reward_detail": reward.detail, "judge_json": _json(ep.judge) if ep.HasField("judge") else None,
-        "source_partition": partition, "source_offset": offset,
+        "source_partition": partition, "source_offset": offset, "tenant": req.tenant or None,
     }
 
 

@@ -1,0 +1,117 @@
+"""The gateway's OpenAPI document, generated from the pydantic models that validate its requests, so
+the published contract and the validation cannot drift apart. Clients, and the fuzz suite, read it
+at GET /openapi.json."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic.json_schema import models_json_schema
+
+from baton_gateway.api import DEFAULT_POLICY, ChatCompletionRequest, FeedbackIn
+
+_REF = "#/components/schemas/{model}"
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {"description": description,
+            "content": {"application/json": {"schema": {"$ref": _REF.format(model="Error")}}}}
+
+
+def _json(description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+ERRORS = {
+    "400": _error("Malformed request: invalid JSON, a bad parameter, empty messages."),
+    "401": _error("No API key, an incorrect one (code invalid_api_key), or a key without the scope."),
+    "404": _error("The model does not exist or the caller may not use it (code model_not_found)."),
+    "413": _error("The request body is larger than gateway.max_body_bytes."),
+    "429": _error("A rate limit of the key (code rate_limit_exceeded, with Retry-After) or the tenant's budget "
+                  "(code insufficient_quota)."),
+    "503": _error("The gateway cannot queue requests yet; retry shortly."),
+}
+WORKFLOW_ERRORS = {
+    "502": _error("The workflow failed (the code says how, e.g. step_failed, budget_exceeded)."),
+    "504": _error("No answer within gateway.request_timeout_s, or a step timed out."),
+}
+
+
+def _user_message_required(schema: dict[str, Any]) -> None:
+    """`messages` must hold a user message with text; JSON Schema says so with `contains`."""
+    text = {"type": "string", "pattern": r"\S"}
+    schema["properties"]["messages"].update({"minItems": 1, "contains": {
+        "type": "object", "required": ["role", "content"],
+        "properties": {"role": {"const": "user"}, "content": {"anyOf": [text, {
+            "type": "array", "contains": {"type": "object", "required": ["type", "text"],
+                                          "properties": {"type": {"const": "text"}, "text": text}}}]}}}})
+
+
+def openapi_document(models: set[str] | frozenset[str] = frozenset({DEFAULT_POLICY})) -> dict[str, Any]:
+    _, top = models_json_schema([(ChatCompletionRequest, "validation"), (FeedbackIn, "validation")],
+                                ref_template=_REF)
+    schemas: dict[str, Any] = top["$defs"]
+    _user_message_required(schemas["ChatCompletionRequest"])
+    # The policies this gateway serves now (the default and every published version); whether a key
+    # may use one is its tenant's policy (404 model_not_found otherwise).
+    schemas["ChatCompletionRequest"]["properties"]["model"] = {
+        "type": "string", "enum": sorted(models), "description": "The policy: 'baton' or a published version."}
+    schemas["Error"] = {
+        "type": "object", "required": ["error"],
+        "properties": {"error": {"type": "object", "required": ["message", "type", "param", "code"], "properties": {
+            "message": {"type": "string"}, "type": {"type": "string"},
+            "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}}}}}
+    schemas["ChatCompletion"] = {
+        "type": "object", "required": ["id", "object", "created", "model", "choices", "usage"],
+        "properties": {
+            "id": {"type": "string"}, "object": {"const": "chat.completion"}, "created": {"type": "integer"},
+            "model": {"type": "string"},
+            "choices": {"type": "array", "items": {"type": "object", "required": ["index", "message", "finish_reason"]}},
+            "usage": {"type": "object", "required": ["prompt_tokens", "completion_tokens", "total_tokens"]},
+            "baton": {"type": "object", "description": "The workflow: plan, per-step worker, tokens, cost, latency."}}}
+    schemas["ModelList"] = {
+        "type": "object", "required": ["object", "data"],
+        "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": {
+            "type": "object", "required": ["id", "object"],
+            "properties": {"id": {"type": "string"}, "object": {"const": "model"}}}}}}
+    schemas["FeedbackAccepted"] = {
+        "type": "object", "required": ["object", "response_id", "accepted"],
+        "properties": {"object": {"const": "feedback"}, "response_id": {"type": "string"},
+                       "accepted": {"const": True}}}
+    ref = lambda name: {"$ref": _REF.format(model=name)}  # noqa: E731
+    public = {"security": []}
+    health = {"get": {**public, "responses": {
+        "200": _json("Healthy.", {"type": "object"}), "503": _json("Not ready.", {"type": "object"})}}}
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Baton gateway", "version": "1",
+                 "description": "OpenAI-compatible chat completions; errors have OpenAI's shape and status codes."},
+        "components": {"schemas": schemas,
+                       "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
+                                                      "description": "A tenant's API key."}}},
+        "security": [{"bearer": []}],
+        "paths": {
+            "/v1/chat/completions": {"post": {
+                "operationId": "createChatCompletion",
+                "requestBody": {"required": True, "content": {"application/json": {"schema": ref("ChatCompletionRequest")}}},
+                "responses": {
+                    "200": {"description": "The answer; with `stream: true`, OpenAI chat.completion.chunk events.",
+                            "content": {"application/json": {"schema": ref("ChatCompletion")},
+                                        "text/event-stream": {"schema": {  # each event, as SSE parsers read it
+                                            "type": "object", "required": ["data"],
+                                            "properties": {"data": {"type": "string"}}}}}},
+                    **ERRORS, **WORKFLOW_ERRORS}}},
+            "/v1/models": {"get": {
+                "operationId": "listModels",
+                "responses": {"200": _json("The policies the caller may use.", ref("ModelList")),
+                              "401": ERRORS["401"]}}},
+            "/v1/feedback": {"post": {
+                "operationId": "createFeedback",
+                "description": "A score for an answer; needs a key with the `feedback` scope.",
+                "requestBody": {"required": True, "content": {"application/json": {"schema": ref("FeedbackIn")}}},
+                "responses": {"202": _json("Accepted.", ref("FeedbackAccepted")),
+                              **{c: ERRORS[c] for c in ("400", "401", "413", "503")}}}},
+            "/health/live": health,
+            "/health/ready": health,
+        },
+    }

@@ -1,0 +1,215 @@
+"""The gateway's contract, against a real stack (every service a process, real Kafka): OpenAI's error
+classes through the official client, tenants' limits and spend, and a fuzz run of generated
+requests against the OpenAPI schema the gateway serves, after which the stack still answers and no
+key shows anywhere."""
+
+from __future__ import annotations
+
+import collections
+import json
+import time
+
+import httpx
+import openai
+import pyarrow.dataset as ds
+import pytest
+import schemathesis
+import yaml
+from hypothesis import HealthCheck, Phase, given, settings
+from schemathesis import GenerationMode
+
+from baton_devtools.stack import Stack, free_port
+from baton_devtools.standins.server import run_standin
+from baton_platform.apikeys import hash_key, mint_key
+from e2e.otlp import OtlpReceiver
+from testbed import default_config_data
+
+pytestmark = [pytest.mark.e2e, pytest.mark.kafka]
+
+FUZZ_KEY, LIMITED_KEY, BROKE_KEY, FEEDBACK_KEY = mint_key(), mint_key(), mint_key(), mint_key()
+PROVIDER_KEY = "sk-provider-" + mint_key()[3:]
+KEYS = {"fuzz": FUZZ_KEY, "limited": LIMITED_KEY, "broke": BROKE_KEY, "feedback": FEEDBACK_KEY,
+        "provider": PROVIDER_KEY}
+# Generated requests per operation; most are invalid on purpose, and answered at once.
+EXAMPLES = {"createChatCompletion": 800, "createFeedback": 300, "listModels": 60}
+RESULTS: list[dict] = []  # every fuzz request: operation, status, body
+
+
+@pytest.fixture(scope="module")
+def standin():
+    # The provider behind the one worker requires its key, so the key really travels through the executor.
+    with run_standin("openai", mode="subprocess", require_key=PROVIDER_KEY, context_window=10**9) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def stack(kafka_bootstrap, standin, tmp_path_factory):
+    receiver = OtlpReceiver()
+    data = default_config_data()
+    data["workers"].append({"name": "local-llm", "provider": "openai_compatible", "model": "local-model",
+                            "base_url": standin, "api_key_env": "LOCAL_LLM_KEY",
+                            "price": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}, "card": "A local server."})
+    # Two steps, so a request's own cost budget can stop its workflow between them.
+    data["conductor"]["plan"] = {"workers": ["local-llm", "local-llm"], "subtasks": ["Answer.", "Check it."],
+                                 "access": [[], [0]]}
+    data["kafka"] = {"partitions": 2, "session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
+    data["gateway"] = {"auth": "keys", "request_timeout_s": 60}
+    data["tenants"] = [
+        {"name": "fuzz", "keys": [{"sha256": hash_key(FUZZ_KEY), "scopes": ["chat", "feedback"]}]},
+        {"name": "limited", "models": ["baton"], "requests_per_minute": 1, "keys": [{"sha256": hash_key(LIMITED_KEY)}]},
+        {"name": "broke", "budget_usd": 1e-9, "keys": [{"sha256": hash_key(BROKE_KEY)}]},
+        {"name": "reviewers"},  # its key comes from the environment, as the chart's Secret gives it
+    ]
+    run_dir = tmp_path_factory.mktemp("contract")
+    cfg = run_dir / "baton.yaml"
+    cfg.write_text(yaml.safe_dump(data))
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+           "OTEL_BSP_SCHEDULE_DELAY": "200", "LOCAL_LLM_KEY": PROVIDER_KEY,
+           "BATON_API_KEYS": f"reviewers:{hash_key(FEEDBACK_KEY)}:feedback"}
+    st = Stack(run_dir, config_file=cfg, gateway_port=free_port(), bootstrap_servers=kafka_bootstrap, env=env)
+    st.start(echo=lambda *_: None)
+    st.receiver = receiver
+    yield st
+    st.stop()
+    receiver.close()
+
+
+def client(stack, key=FUZZ_KEY):
+    return openai.OpenAI(base_url=stack.base_url, api_key=key, max_retries=0, timeout=60)
+
+
+def ask(c, model="baton", content="What is 2+2?", **kw):
+    return c.chat.completions.create(model=model, messages=[{"role": "user", "content": content}], **kw)
+
+
+def episodes(stack) -> list[dict]:
+    try:
+        return ds.dataset(stack.dataset_dir / "episodes", format="parquet", partitioning="hive").to_table().to_pylist()
+    except (FileNotFoundError, ValueError):
+        return []
+
+
+def wait_for(predicate, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.3)
+    return predicate()
+
+
+def test_openai_client_raises_the_matching_exception_for_each_error(stack):
+    answer = ask(client(stack))
+    assert answer.choices[0].message.content.startswith("[local-model] saw:")
+    with pytest.raises(openai.AuthenticationError) as err:
+        ask(client(stack, "bt-wrong"))
+    assert err.value.code == "invalid_api_key" and "bt-wrong" not in err.value.message
+    with pytest.raises(openai.AuthenticationError, match="Missing scopes: chat"):
+        ask(client(stack, FEEDBACK_KEY))
+    with pytest.raises(openai.NotFoundError) as err:
+        ask(client(stack), model="gpt-5")
+    assert err.value.code == "model_not_found"
+    with pytest.raises(openai.BadRequestError):
+        client(stack).chat.completions.create(model="baton", messages=[])
+    with pytest.raises(openai.InternalServerError) as err:  # 502: the workflow ran over the request's own budget
+        ask(client(stack), metadata={"baton_max_cost_usd": "0.000000001"})
+    assert err.value.status_code == 502 and err.value.code == "budget_exceeded"
+    big = httpx.post(stack.base_url + "/chat/completions", content=b"x" * 1_100_000,
+                     headers={"authorization": f"Bearer {FUZZ_KEY}"})
+    assert big.status_code == 413 and big.json()["error"]["code"] == "request_too_large"
+    lost = httpx.get(stack.base_url + "/nothing-here", headers={"authorization": f"Bearer {FUZZ_KEY}"})
+    assert lost.status_code == 404 and lost.json()["error"]["message"] == "Invalid URL (GET /v1/nothing-here)"
+
+
+def test_a_key_over_its_rate_gets_rate_limit_exceeded_with_retry_after(stack):
+    limited = client(stack, LIMITED_KEY)
+    ask(limited)
+    with pytest.raises(openai.RateLimitError) as err:
+        ask(limited)
+    assert err.value.code == "rate_limit_exceeded" and int(err.value.response.headers["retry-after"]) >= 1
+    # The official client waits out Retry-After by itself when allowed to retry; here it is not.
+    assert [m.id for m in limited.models.list().data] == ["baton"]
+
+
+def test_a_tenant_past_its_budget_gets_insufficient_quota(stack):
+    broke = client(stack, BROKE_KEY)
+    ask(broke)  # spends more than its budget; the next call is refused
+    with pytest.raises(openai.RateLimitError) as err:
+        wait_for(lambda: ask(broke) and None, timeout=5)
+    assert err.value.code == "insufficient_quota" and err.value.type == "insufficient_quota"
+
+
+def test_feedback_needs_the_feedback_scope(stack):
+    body = {"response_id": "chatcmpl-x1", "score": 1}
+    assert httpx.post(stack.base_url + "/feedback", json=body,
+                      headers={"authorization": f"Bearer {LIMITED_KEY}"}).status_code == 401
+    assert httpx.post(stack.base_url + "/feedback", json=body,
+                      headers={"authorization": f"Bearer {FEEDBACK_KEY}"}).status_code == 202
+
+
+def test_fuzz_the_gateway_against_its_openapi_schema(stack):
+    """Generated requests, valid and invalid, for every operation of the served schema; each response
+    is checked against the schema (status documented, body shape, content type) and for a 5xx."""
+    api = schemathesis.openapi.from_url(stack.base_url.removesuffix("/v1") + "/openapi.json")
+
+    @api.auth()
+    class FuzzKey:  # the tenant's key on every request, so the checks also probe without it and with a wrong one
+        def get(self, case, context):
+            return FUZZ_KEY
+
+        def set(self, case, data, context):
+            case.headers = {**(case.headers or {}), "Authorization": f"Bearer {data}"}
+
+    for result in api.get_all_operations():
+        operation = result.ok()
+        examples = EXAMPLES.get(operation.definition.raw.get("operationId"), 10)
+        modes = [GenerationMode.POSITIVE] + ([GenerationMode.NEGATIVE] if operation.body else [])
+        for mode in modes:
+
+            @settings(max_examples=examples // len(modes), deadline=None, derandomize=True, database=None,
+                      suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate])
+            @given(case=operation.as_strategy(generation_mode=mode, auth_storage=api.auth))
+            def fuzz(case):
+                response = case.call(timeout=90)
+                RESULTS.append({"operation": operation.label, "mode": mode.value, "status": response.status_code,
+                                "body": response.text})
+                case.validate_response(response)
+
+            fuzz()
+
+
+def test_after_the_fuzz_the_stack_answers_and_no_key_shows_anywhere(stack):
+    statuses = collections.Counter(r["status"] for r in RESULTS)
+    by_operation = collections.Counter(r["operation"] for r in RESULTS)
+    print(f"fuzz: {len(RESULTS)} requests; statuses {dict(sorted(statuses.items()))}; {dict(by_operation)}")
+    assert len(RESULTS) >= 1000, (statuses, by_operation)
+    assert not [s for s in statuses if s >= 500], statuses
+    assert statuses[200] > 50, "too few generated requests got through to a workflow"
+    for svc in stack.services:
+        assert svc.pid and _alive(svc.pid), f"{svc.name} is gone; see {svc.log}"
+
+    raw = client(stack).chat.completions.with_raw_response.create(
+        model="baton", messages=[{"role": "user", "content": "Still answering?"}])
+    request_id = raw.headers["x-baton-request-id"]
+    ep = wait_for(lambda: next((r for r in episodes(stack) if r["request_id"] == request_id), None))
+    assert ep is not None and ep["answer"] == raw.parse().choices[0].message.content
+    assert ep["tenant"] == "fuzz"
+    metrics = httpx.get(stack.base_url.removesuffix("/v1") + "/metrics").text
+    assert 'baton_gateway_tenant_requests_total{outcome="answered",tenant="fuzz"}' in metrics
+    assert 'baton_gateway_tenant_cost_usd_total{tenant="broke"}' in metrics
+
+    time.sleep(1)  # the services' span exporters flush every 200 ms
+    logs = "".join(p.read_text(errors="replace") for p in (stack.run_dir / "logs").glob("*.log"))
+    spans = json.dumps([{k: str(v) for k, v in s.items()} for s in stack.receiver.spans])
+    rows = json.dumps(episodes(stack), default=str)
+    bodies = "".join(r["body"] for r in RESULTS)
+    assert len(stack.receiver.spans) > 100 and len(rows) > 1000
+    for name, key in KEYS.items():
+        for where, text in (("logs", logs), ("spans", spans), ("episodes", rows), ("responses", bodies)):
+            assert key not in text, f"the {name} key shows in the {where}"
+
+
+def _alive(pid: int) -> bool:
+    from baton_devtools.stack import _alive as alive
+
+    return alive(pid)
