@@ -60,7 +60,8 @@ def test_the_candidate_runs_as_nobody_with_an_empty_environment(monkeypatch):
         import os
         assert os.getuid() == os.geteuid() == {SANDBOX_UID} and os.getgroups() == []
         assert "{SECRET}" not in repr(dict(os.environ)), os.environ
-        assert os.getppid() == 0, "the grader is outside the sandbox's PID namespace"
+        # Its parent is the namespace's PID 1 (the runner's root reaper); the grader is out of sight.
+        assert os.getpid() == 2 and os.getppid() == 1
     """)
 
 
@@ -80,7 +81,7 @@ def test_no_process_environment_outside_the_sandbox_can_be_read(monkeypatch):
                 pass
         assert not any(b"{SECRET}" in data for data in seen)
         # Only the sandbox's own processes exist for it.
-        assert sorted(int(p) for p in os.listdir("/proc") if p.isdigit()) == [1], os.listdir("/proc")
+        assert sorted(int(p) for p in os.listdir("/proc") if p.isdigit()) == [1, 2], os.listdir("/proc")
     """)
 
 
@@ -204,6 +205,25 @@ def test_a_sleeping_candidate_is_killed_at_the_wall_clock_limit():
     result = grade("code", "import time\ntime.sleep(60)\n", "assert True", timeout=1.0)
     assert result.score == 0.0 and "timed out" in result.detail and time.monotonic() - started < 10
     assert no_new_sandbox_processes(before)
+
+
+@jailed
+def test_killing_the_grader_kills_the_sandbox_even_when_the_candidate_clears_its_death_signal():
+    from baton_graders import GradingError, IsolatedGrader
+
+    before = sandbox_processes()
+    grader = IsolatedGrader(timeout_s=2)
+    try:
+        with pytest.raises(GradingError, match="longer than 2s"):
+            grader.grade("code", "x = 1\n", LIBC + """
+import time
+libc.prctl(1, 0, 0, 0, 0)  # PR_SET_PDEATHSIG 0: this process alone would outlive its parent
+libc.fork()
+time.sleep(120)
+""", timeout=60)
+    finally:
+        grader.close()
+    assert no_new_sandbox_processes(before), "the namespace died with the grading process"
 
 
 def test_without_root_code_grading_refuses_to_run(monkeypatch):

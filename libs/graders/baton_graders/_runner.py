@@ -100,7 +100,7 @@ def _expose_python(libc):
 
 
 def _enter_jail(cfg):
-    """Read-only file system except the working directory, then the sandbox uid for good."""
+    """Read-only file system except the working directory (for every process of the namespace)."""
     if os.getuid() != 0:
         raise SetupError("the runner must start as root inside its namespaces")
     libc = _libc()
@@ -121,6 +121,12 @@ def _enter_jail(cfg):
             if "ro" not in opts:
                 raise  # a mount the sandbox could still write to: refuse to grade
     _mount(libc, None, workdir, None, _MS_REMOUNT | _MS_BIND | _MS_NOSUID | _MS_NODEV)
+
+
+def _drop_privileges(cfg):
+    """The sandbox uid for good: no groups, no capabilities, no way back through setuid programs."""
+    libc = _libc()
+    workdir = cfg["workdir"]
     uid, gid = cfg["uid"], cfg["gid"]
     os.setgroups([])
     os.setgid(gid)
@@ -217,6 +223,17 @@ def _run_checks(namespace, cfg):
     return passed, failures
 
 
+def _reap(child):
+    """Wait for ``child`` as init does (reaping every orphan); its exit status, 128+N for signal N."""
+    while True:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            return 1
+        if pid == child:
+            return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+
+
 def main():
     with open(sys.argv[1], encoding="utf-8") as fh:
         cfg = json.load(fh)
@@ -240,6 +257,19 @@ def main():
     except (SetupError, OSError) as exc:
         report(False, 0, f"sandbox setup failed: {exc}", setup_failed=True)
         sys.exit(SETUP_FAILED)
+    # This process stays root and stays the namespace's PID 1, running nothing but wait(): unshare
+    # --kill-child kills it when the grader goes, and with it every process of the namespace. (The
+    # candidate could neither clear that parent-death signal nor signal a root process; in the
+    # process that drops to the sandbox uid, the kernel clears it anyway.)
+    child = os.fork()
+    if child:
+        verdict.close()
+        sys.exit(_reap(child))
+    try:
+        _drop_privileges(cfg)
+    except (SetupError, OSError) as exc:
+        report(False, 0, f"sandbox setup failed: {exc}", setup_failed=True)
+        os._exit(SETUP_FAILED)
     # Opened only now: a file open for writing on a mount keeps it from being made read-only.
     log = os.open(cfg["log_path"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(log, 1)

@@ -9,8 +9,9 @@ process tree (Linux, root needed to build it):
   service's environment are out of sight), its own mounts, killed if the grader dies;
 - the runner (``_runner.py``, ``python -I -S``, an empty environment) makes every mount read-only
   except a fresh temporary working directory, hides a private home directory that holds the
-  interpreter (only the interpreter stays visible), then drops to uid/gid 65534 (``nobody``) with
-  no groups, no capabilities and no-new-privileges;
+  interpreter (only the interpreter stays visible); it stays the namespace's root-owned PID 1 that
+  only reaps, and forks the test process, which drops to uid/gid 65534 (``nobody``) with no groups,
+  no capabilities and no-new-privileges;
 - limits: ``RLIMIT_AS`` (memory), ``RLIMIT_CPU``, ``RLIMIT_FSIZE`` (largest file), ``RLIMIT_NPROC``
   (processes of the sandbox uid: a fork bomb stops there), ``RLIMIT_NOFILE``, ``RLIMIT_CORE`` = 0;
 - an audit hook (PEP 578) refuses ``socket.*`` events and process creation, for clearer errors
@@ -195,8 +196,9 @@ def grade_code(
             why = verdict["detail"] if verdict else _tail(verdict_path)[-300:]
             raise SandboxUnavailable(f"the code sandbox could not be set up ({why}); code grading is refused")
         if verdict is None:
-            if returncode == -signal.SIGXCPU or returncode == -signal.SIGKILL:
-                why = "CPU time limit exceeded" if returncode == -signal.SIGXCPU else "killed"
+            # The namespace's PID 1 reports the test process's death by signal N as 128 + N.
+            if returncode in (-signal.SIGXCPU, 128 + signal.SIGXCPU, -signal.SIGKILL, 128 + signal.SIGKILL):
+                why = "CPU time limit exceeded" if returncode in (-signal.SIGXCPU, 128 + signal.SIGXCPU) else "killed"
             elif returncode == 0:
                 why = "candidate exited before the tests finished"
             else:
