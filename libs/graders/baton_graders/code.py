@@ -11,7 +11,9 @@ process tree (Linux, root needed to build it):
   except a fresh temporary working directory, hides a private home directory that holds the
   interpreter (only the interpreter stays visible); it stays the namespace's root-owned PID 1 that
   only reaps, and forks the test process, which drops to uid/gid 65534 (``nobody``) with no groups,
-  no capabilities and no-new-privileges;
+  no capabilities and no-new-privileges, under a seccomp filter refusing new namespaces, mounts,
+  keyrings, BPF, perf events and userfaultfd; ``/tmp``, ``/var/tmp``, ``/run`` and ``/dev/shm`` are
+  empty (no other service's Unix socket in reach);
 - limits: ``RLIMIT_AS`` (memory), ``RLIMIT_CPU``, ``RLIMIT_FSIZE`` (largest file), ``RLIMIT_NPROC``
   (processes of the sandbox uid: a fork bomb stops there), ``RLIMIT_NOFILE``, ``RLIMIT_CORE`` = 0;
 - an audit hook (PEP 578) refuses ``socket.*`` events and process creation, for clearer errors
