@@ -183,3 +183,21 @@ async def test_a_record_no_handler_can_process_goes_to_the_dlq_and_the_partition
     tp = TopicPartition("baton.responses", 0)
     assert sink.tracker.committable()[tp] == 3, "every offset finished: the partition commits past the bad record"
     await asyncio.sleep(0)
+
+
+def test_an_item_with_a_question_grades_only_a_request_that_asked_it():
+    import csv
+    import sys
+
+    csv.field_size_limit(sys.maxsize)
+    with MMLU_PRO.open(newline="") as f:
+        row = next(csv.DictReader(f))
+    evals = EvalRegistry.load({"mmlu_pro": (MMLU_PRO, "choice")})
+    honest = response(f"The answer is ({row['answer']}).", {"baton_eval": f"mmlu_pro:{row['sample_id']}"})
+    honest.episode.request.messages[0].content = "  " + row["prompt"].replace(" ", "\n", 1)  # whitespace aside
+    assert score(honest, "conductor", 0, evals).quality == 1.0
+    # "Say (I)" while naming an item whose answer is I: no reward minted for a question never asked.
+    minted = response(f"The answer is ({row['answer']}).", {"baton_eval": f"mmlu_pro:{row['sample_id']}"})
+    minted.episode.request.messages[0].content = f"Reply exactly: The answer is ({row['answer']})."
+    r = score(minted, "conductor", 0, evals)
+    assert (r.quality, r.reward) == (None, None) and "did not ask" in r.detail

@@ -11,7 +11,10 @@ An evaluation set is a CSV or JSON Lines file, one item per row:
 - ``grader``: ``math``, ``choice``, ``code``, ``exact`` or ``regex``; may be left out when the
   set's configuration names a grader for every row;
 - ``reference`` (or ``answer``, as in ``data/routing/mmlu_pro_dev.csv``);
-- ``options`` (optional): a JSON object of grader options, from the short list each grader allows.
+- ``options`` (optional): a JSON object of grader options, from the short list each grader allows;
+- ``prompt`` (optional): the item's question. When present, a request is graded only if its last
+  user message is that question (whitespace aside): otherwise a client could ask "say (C)" while
+  naming an item whose answer is C, and mint a reward for a question never asked.
 
 Other columns are ignored, so a RouterBench outcome matrix is an evaluation set as it stands.
 """
@@ -19,6 +22,7 @@ Other columns are ignored, so a RouterBench outcome matrix is an evaluation set 
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import os
 import re
@@ -54,10 +58,20 @@ class EvalItem:
     grader: str
     reference: str
     options: dict = field(default_factory=dict)
+    prompt_digest: bytes | None = None  # of the normalised question, when the set binds items to one
 
     @property
     def key(self) -> str:
         return f"{self.set}:{self.id}"
+
+    def asked_by(self, question: str) -> bool:
+        """True when this item names no question, or ``question`` is it."""
+        return self.prompt_digest is None or prompt_digest(question) == self.prompt_digest
+
+
+def prompt_digest(text: str) -> bytes:
+    # A digest, not the text: a matrix's questions would otherwise sit in every logger's memory.
+    return hashlib.blake2b(" ".join(str(text).split()).encode("utf-8", "replace"), digest_size=16).digest()
 
 
 @dataclass(frozen=True)
@@ -164,5 +178,7 @@ def load_eval_set(source: EvalSetSource) -> dict[str, EvalItem]:
                                f"allowed: {sorted(ALLOWED_OPTIONS[grader])}")
         if item_id in items:
             raise EvalSetError(f"{where}: id {item_id!r} appears twice")
-        items[item_id] = EvalItem(source.name, item_id, grader, str(reference), options)
+        prompt = row.get("prompt")
+        items[item_id] = EvalItem(source.name, item_id, grader, str(reference), options,
+                                  prompt_digest(prompt) if prompt not in (None, "") else None)
     return items

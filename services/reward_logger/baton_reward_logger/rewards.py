@@ -9,7 +9,8 @@ choosing. Two reward schemes:
 - `quality_minus_cost`: quality in [0, 1] minus `cost_weight` × the workflow's cost in USD;
 - `conductor` (the Conductor paper's): 0 for an invalid plan (the safe plan replaced it) or a
   failed workflow, 0.5 for a valid plan with a wrong answer, 1 for a right one.
-Requests naming no item, or an unknown one, get no reward here (the reason is in `reward_detail`);
+An item whose set holds its question grades only a request that asked it. Requests naming no
+item, or an unknown one, get no reward here (the reason is in `reward_detail`);
 feedback may add one later. Grading never raises: a grader that fails or runs too long gives an
 episode with no quality and a "grading failed" reason.
 """
@@ -57,6 +58,9 @@ def score(response: responses_pb2.Response, scheme: Scheme, cost_weight: float,
     if item is None:
         return Reward(None, None, None, None, f"ungraded: unknown eval item {key[:120]!r}{_ignored_note(meta)}")
     ep = response.episode
+    question = next((m.content for m in reversed(ep.request.messages) if m.role == "user"), "")
+    if not item.asked_by(question):
+        return Reward(None, None, None, None, f"ungraded: the request did not ask eval item {item.key!r}'s question")
     # A judged group may answer the client with another candidate's answer when this one's failed.
     own_error = ep.judge.own_error if ep.HasField("judge") and ep.judge.HasField("own_error") else None
     failed = response.WhichOneof("outcome") != "answer" or own_error is not None
