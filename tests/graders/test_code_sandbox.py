@@ -248,8 +248,12 @@ def test_a_sleeping_candidate_is_killed_at_the_wall_clock_limit():
 def test_killing_the_grader_kills_the_sandbox_even_when_the_candidate_clears_its_death_signal():
     from baton_graders import GradingError, IsolatedGrader
 
+    import glob
+    import tempfile
+
     before = sandbox_processes()
     grader = IsolatedGrader(timeout_s=2)
+    scratch_before = set(glob.glob(os.path.join(tempfile.gettempdir(), "baton-grade*")))
     try:
         with pytest.raises(GradingError, match="longer than 2s"):
             grader.grade("code", "x = 1\n", LIBC + """
@@ -261,6 +265,8 @@ time.sleep(120)
     finally:
         grader.close()
     assert no_new_sandbox_processes(before), "the namespace died with the grading process"
+    left = set(glob.glob(os.path.join(tempfile.gettempdir(), "baton-grade*"))) - scratch_before
+    assert not left, "the killed grader's working directories are gone"
 
 
 def test_without_root_code_grading_refuses_to_run(monkeypatch):

@@ -118,7 +118,12 @@ def _hide_shared_dirs(libc, workdir):
         try:
             _mount(libc, "tmpfs", folder, "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "mode=0755,size=64k")
             if keep:
-                os.makedirs(keep, mode=0o700, exist_ok=True)
+                # Folders on the way stay passable for the sandbox uid, whatever the umask.
+                parent = folder
+                for part in os.path.relpath(keep, folder).split(os.sep):
+                    parent = os.path.join(parent, part)
+                    os.makedirs(parent, exist_ok=True)
+                    os.chmod(parent, 0o755)
                 _mount(libc, f"/proc/self/fd/{fd}", keep, None, _MS_BIND)
         finally:
             if fd is not None:

@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -30,33 +32,44 @@ class IsolatedGrader:
         self.timeout_s = timeout_s
         self.memory_mb = memory_mb
         self._proc: subprocess.Popen | None = None
+        self._scratch: str | None = None
         self._buffer = b""
         self._lock = threading.Lock()
         self.restarts = 0
 
     def _start(self) -> subprocess.Popen:
+        # Its temporary files (code graders' working directories) go in a folder of its own, removed
+        # when it is killed: a process killed mid-grade never cleans up after itself. Others may
+        # pass through it (the code sandbox's uid must reach its own directory inside) but not list it.
+        self._scratch = tempfile.mkdtemp(prefix="baton-grader-")
+        os.chmod(self._scratch, 0o711)
         # A fresh interpreter, not a fork: the caller has threads (and an event loop) a fork would copy.
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "baton_graders._worker", str(self.memory_mb)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_ENV, start_new_session=True, close_fds=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={**_ENV, "TMPDIR": self._scratch},
+            start_new_session=True, close_fds=True,
         )
         self._buffer = b""
         return self._proc
 
     def _kill(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        proc.wait()
-        for pipe in (proc.stdin, proc.stdout):
+        scratch, self._scratch = self._scratch, None
+        if proc is not None:
             try:
-                pipe.close()
-            except OSError:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
                 pass
+            proc.wait()
+            for pipe in (proc.stdin, proc.stdout):
+                try:
+                    pipe.close()
+                except OSError:
+                    pass
+        if scratch is not None:
+            # The sandbox's processes die with the worker (their parent-death signal); what they
+            # left goes now.
+            shutil.rmtree(scratch, ignore_errors=True)
 
     def close(self) -> None:
         with self._lock:
