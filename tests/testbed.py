@@ -20,4 +20,7 @@ def default_config_data() -> dict:
     for w in data["workers"]:
         if w.get("sim"):
             w["sim"]["dataset"] = str(MMLU_PRO)
+    # Tests write the config elsewhere: the evaluation sets' relative paths would not follow it.
+    for eval_set in data.get("reward_logger", {}).get("eval_sets", {}).values():
+        eval_set["path"] = str((DEFAULT_CONFIG.parent / eval_set["path"]).resolve())
     return data

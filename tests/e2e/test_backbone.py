@@ -24,6 +24,7 @@ from e2e.otlp import OtlpReceiver
 pytestmark = [pytest.mark.e2e, pytest.mark.kafka]
 
 CALLER_KEY = "caller-key-7f3a9c"           # what clients send to the gateway
+DRAFT_CHECK = r"(?s)\[local-model\] saw: .*Check the first draft.*"
 PROVIDER_KEY = "sk-provider-secret-51d2e8"  # what the executor sends to the local provider
 
 
@@ -62,6 +63,10 @@ def stack(kafka_bootstrap, standin, tmp_path_factory):
     data["tenants"] = [{"name": "team", "keys": [{"sha256": hash_key(CALLER_KEY), "scopes": ["chat", "feedback"]}]},
                        {"name": "others"}]
     run_dir = tmp_path_factory.mktemp("stack")
+    # The operator's evaluation set for this suite: the draft check below is graded by a pattern.
+    (run_dir / "checks.csv").write_text("id,grader,reference\n"
+                                        f"draft-check,regex,{DRAFT_CHECK}\n")
+    data["reward_logger"]["eval_sets"]["checks"] = {"path": "checks.csv"}
     cfg = run_dir / "baton.yaml"
     import yaml
 
@@ -92,7 +97,7 @@ def test_an_answer_comes_back_through_every_service_in_one_trace(stack, client):
     row = first_question()
     raw = client.chat.completions.with_raw_response.create(
         model="baton", messages=[{"role": "user", "content": row["prompt"]}],
-        metadata={"reference": r"(?s)\[local-model\] saw: .*Check the first draft.*", "grader": "regex"})
+        metadata={"baton_eval": "checks:draft-check"})
     completion = raw.parse()
     request_id = raw.headers["x-baton-request-id"]
     assert "steps=3" in raw.headers["x-baton-workflow"]
@@ -134,6 +139,7 @@ def test_an_answer_comes_back_through_every_service_in_one_trace(stack, client):
     assert ep is not None, "the episode never reached the dataset"
     assert ep["answer"] == answer and ep["calls"] == 3 and ep["tenant"] == "team"
     assert (ep["grader"], ep["quality"], ep["reward"]) == ("regex", 1.0, 1.0), ep["reward_detail"]
+    assert ep["reference"] == DRAFT_CHECK
     assert [s["worker"] for s in ep["steps"]] == ["gemini-flash", "llama-70b", "local-llm"]
 
 
@@ -251,3 +257,31 @@ async def test_feedback_and_published_policies_reach_the_suite(stack, client):
 
     (row,) = wait_for(feedback_rows, 20)
     assert row["score"] == 0.5
+
+
+def test_a_client_cannot_choose_its_grader_or_run_code_through_it(stack, client, tmp_path):
+    target = tmp_path / "written-by-the-reward-logger"
+    attack = {"grader": "code", "reference": f"open({str(target)!r}, 'w').write('x')"}
+    raw = client.chat.completions.with_raw_response.create(
+        model="baton", messages=[{"role": "user", "content": first_question()["prompt"]}], metadata=attack)
+    request_id = raw.headers["x-baton-request-id"]
+    ordinary = client.chat.completions.create(
+        model="baton", messages=[{"role": "user", "content": first_question()["prompt"]}],
+        metadata={"baton_eval": "checks:draft-check"})
+
+    def episodes():
+        try:
+            rows = ds.dataset(stack.dataset_dir / "episodes", format="parquet", partitioning="hive").to_table().to_pylist()
+        except (FileNotFoundError, ValueError):
+            return None
+        found = {r["request_id"]: r for r in rows if r["request_id"] in (request_id, ordinary.id.removeprefix("chatcmpl-"),
+                                                                         ordinary.model_extra["baton"]["request_id"])}
+        return found if len(found) == 2 else None
+
+    found = wait_for(episodes, 30)
+    assert found, "both episodes were logged"
+    attacked = found[request_id]
+    assert (attacked["grader"], attacked["reference"], attacked["quality"], attacked["reward"]) == (None, None, None, None)
+    assert "ignored" in attacked["reward_detail"]
+    assert not target.exists(), "the client's reference never ran"
+    assert found[ordinary.model_extra["baton"]["request_id"]]["quality"] == 1.0

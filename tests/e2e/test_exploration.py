@@ -20,7 +20,7 @@ def exploring_stack(kafka_bootstrap, tmp_path, **sections) -> Stack:
     data = default_config_data()
     data["router"] = {"explore_share": 1.0, "explore_group_size": 3}
     data["kafka"] = {"partitions": 4, "session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
-    data["reward_logger"] = {"flush_interval_s": 0.5}
+    data["reward_logger"] = {**data.get("reward_logger", {}), "flush_interval_s": 0.5}
     data.update(sections)
     cfg = tmp_path / "baton.yaml"
     cfg.write_text(yaml.safe_dump(data))
@@ -74,7 +74,7 @@ def test_the_judge_chooses_the_answer_of_a_group_and_its_scores_are_logged(kafka
         client = openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0, timeout=60)
         completion = client.chat.completions.create(
             model="baton", messages=[{"role": "user", "content": row["prompt"]}],
-            metadata={"reference": row["answer"], "grader": "choice"})
+            metadata={"baton_eval": f"mmlu_pro:{row['sample_id']}"})
         rid = completion.model_extra["baton"]["request_id"]
         judge = completion.model_extra["baton"]["judge"]
 

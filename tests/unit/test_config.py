@@ -10,6 +10,7 @@ def test_the_shipped_default_config_is_valid_and_needs_no_key(monkeypatch):
     assert config.providers == ["sim"]
     assert all(w.api_key_env is None for w in config.workers)
     assert all(w.sim.dataset.is_file() for w in config.workers), "relative dataset paths resolve from the file"
+    assert config.reward_logger.eval_sets["mmlu_pro"].path.is_file(), "so do the evaluation sets"
 
 
 def test_a_bad_field_fails_naming_the_field(write_config):

@@ -5,6 +5,7 @@ import fsspec
 import pyarrow.dataset as ds
 import pytest
 from baton.v1 import common_pb2, feedback_pb2, requests_pb2, responses_pb2
+from baton_graders import EvalItem, EvalRegistry
 
 from baton_reward_logger.episodes import EPISODE_SCHEMA, FEEDBACK_SCHEMA, DatasetWriter, Record, episode_row, feedback_row
 from baton_reward_logger.rewards import score
@@ -58,7 +59,7 @@ def test_episodes_land_in_date_partitions_named_by_offsets(root):
     rows = read(root)
     assert [r["request_id"] for r in rows] == ["r5", "r6", "r7"]
     assert rows[0]["query"] == "question 5" and rows[0]["steps"][0]["output"] == "answer 5"
-    assert rows[0]["reward"] is None and rows[0]["reward_detail"] == "no reference answer"
+    assert rows[0]["reward"] is None and rows[0]["reward_detail"] == "no evaluation item"
 
 
 def test_a_replay_after_a_crash_replaces_instead_of_duplicating(root):
@@ -118,27 +119,29 @@ def test_the_trainer_reads_the_dataset_where_the_logger_wrote_it(root):
     assert read_logged(f"{root}/episodes") == []  # none was chosen by the `policy` backend
 
 
+EVALS = EvalRegistry({"quiz": {"q1": EvalItem("quiz", "q1", "choice", "C")}})
+META = {"baton_eval": "quiz:q1"}
+
+
 def test_graded_rewards_under_both_schemes():
-    meta = {"reference": "C", "grader": "choice"}
-    right, wrong = response(1, "The answer is (C).", meta, cost=0.2), response(2, "The answer is (B).", meta)
-    assert score(right, "quality_minus_cost", 0.5).reward == 1.0 - 0.5 * 0.2
-    assert score(wrong, "quality_minus_cost", 0.0).reward == 0.0
-    assert score(right, "conductor", 0).reward == 1.0
-    assert score(wrong, "conductor", 0).reward == 0.5
-    invalid = response(3, "The answer is (C).", meta, fallback=True)
-    assert score(invalid, "conductor", 0).reward == 0.0, "an invalid plan earns nothing even if the answer is right"
-    unknown = score(response(4, "x", {"reference": "1", "grader": "astrology"}), "conductor", 0)
-    assert unknown.reward is None and "unknown grader" in unknown.detail
+    right, wrong = response(1, "The answer is (C).", META, cost=0.2), response(2, "The answer is (B).", META)
+    assert score(right, "quality_minus_cost", 0.5, EVALS).reward == 1.0 - 0.5 * 0.2
+    assert score(wrong, "quality_minus_cost", 0.0, EVALS).reward == 0.0
+    assert score(right, "conductor", 0, EVALS).reward == 1.0
+    assert score(wrong, "conductor", 0, EVALS).reward == 0.5
+    invalid = response(3, "The answer is (C).", META, fallback=True)
+    assert score(invalid, "conductor", 0, EVALS).reward == 0.0, "an invalid plan earns nothing even if the answer is right"
+    graded = score(right, "conductor", 0, EVALS)
+    assert (graded.grader, graded.reference) == ("choice", "C") and graded.detail.startswith("quiz:q1: ")
 
 
 def test_a_judged_episode_is_graded_on_its_own_answer_not_the_one_the_client_got():
-    meta = {"reference": "C", "grader": "choice"}
-    chose_other = response(5, "The answer is (C).", meta)
+    chose_other = response(5, "The answer is (C).", META)
     chose_other.episode.judge.own_answer, chose_other.episode.judge.chosen = "The answer is (B).", 1
-    assert score(chose_other, "quality_minus_cost", 0).quality == 0.0
-    own_failed = response(6, "The answer is (C).", meta)
+    assert score(chose_other, "quality_minus_cost", 0, EVALS).quality == 0.0
+    own_failed = response(6, "The answer is (C).", META)
     own_failed.episode.judge.own_error.message = "step 1 (w) failed: HTTP 500"
-    graded = score(own_failed, "conductor", 0)
+    graded = score(own_failed, "conductor", 0, EVALS)
     assert (graded.quality, graded.reward) == (0.0, 0.0) and "HTTP 500" in graded.detail
 
 

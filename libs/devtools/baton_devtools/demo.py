@@ -22,11 +22,15 @@ def demo_questions(config: BatonConfig, count: int) -> list[dict[str, str]]:
         return [{"prompt": q, "answer": ""} for q in (
             "What is 17 * 23?", "Name the largest planet of the solar system.", "What is the capital of Australia?",
         )][:count]
+    dataset = Path(sims[0].sim.dataset)
+    # The reward logger grades a question when the config has the matrix as an evaluation set.
+    eval_set = next((name for name, s in config.reward_logger.eval_sets.items() if s.path == dataset), None)
     csv.field_size_limit(sys.maxsize)
-    with Path(sims[0].sim.dataset).open(newline="", encoding="utf-8") as f:
+    with dataset.open(newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     stride = max(1, len(rows) // count)
-    return [{"prompt": r["prompt"], "answer": r.get("answer", ""), "topic": r.get("eval_name", "")}
+    return [{"prompt": r["prompt"], "answer": r.get("answer", ""), "topic": r.get("eval_name", ""),
+             "eval": f"{eval_set}:{r['sample_id']}" if eval_set and r.get("sample_id") else ""}
             for r in rows[::stride][:count]]
 
 
@@ -69,7 +73,7 @@ def run_demo(base_url: str, config: BatonConfig, count: int = 8, api_key: str = 
     def ask(q):
         started = time.perf_counter()
         r = client.chat.completions.create(model="baton", messages=[{"role": "user", "content": q["prompt"]}],
-                                           metadata={"reference": q["answer"], "grader": "choice"} if q["answer"] else None)
+                                           metadata={"baton_eval": q["eval"]} if q.get("eval") else None)
         return q, r, time.perf_counter() - started
 
     with ThreadPoolExecutor(max_workers=4) as pool:

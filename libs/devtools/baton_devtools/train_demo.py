@@ -35,6 +35,9 @@ WORKERS = [  # name, matrix column, price per Mtok (in, out)
 ]
 
 
+EVAL_SET = "mmlu_pro"
+
+
 def demo_config(dataset: Path, data_dir: Path) -> dict:
     return {
         "workers": [{"name": n, "provider": "sim", "model": m, "sim": {"dataset": str(dataset), "latency_ms": 5},
@@ -42,7 +45,9 @@ def demo_config(dataset: Path, data_dir: Path) -> dict:
                     for n, m, pi, po in WORKERS],
         "conductor": {"backend": "policy", "policy": {"epsilon": 0.1}},
         "kafka": {"partitions": 4, "session_timeout_ms": 6000, "heartbeat_interval_ms": 1000},
-        "reward_logger": {"flush_interval_s": 0.5, "reward_scheme": "quality_minus_cost"},
+        # The matrix is also the evaluation set: requests name an item, the reward logger grades it.
+        "reward_logger": {"flush_interval_s": 0.5, "reward_scheme": "quality_minus_cost",
+                          "eval_sets": {EVAL_SET: {"path": str(dataset), "grader": "choice"}}},
         "gateway": {"auth": "none"},  # local, on loopback
     }
 
@@ -65,7 +70,7 @@ def ask_all(client: openai.OpenAI, rows: list[dict], label: str, workers: int = 
     def ask(r):
         c = client.chat.completions.create(
             model="baton", messages=[{"role": "user", "content": r["prompt"]}],
-            metadata={"reference": r["answer"], "grader": "choice", "eval_name": r["eval_name"]})
+            metadata={"baton_eval": f"{EVAL_SET}:{r['sample_id']}", "eval_name": r["eval_name"]})
         info = c.model_extra["baton"]
         return {"right": grade("choice", c.choices[0].message.content, r["answer"]).score,
                 "cost": info["cost_usd"], "calls": info["calls"], "version": info["plan"]["policy_version"],

@@ -3,6 +3,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+class GradingError(RuntimeError):
+    """The answer could not be graded (not: it was graded wrong); no reward may be derived from it."""
+
+
 @dataclass(frozen=True)
 class Grade:
     score: float

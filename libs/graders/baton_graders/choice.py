@@ -17,15 +17,18 @@ DEFAULT_LETTERS = "ABCDEFGHIJ"
 
 def _explicit_patterns(letters: str) -> list[re.Pattern[str]]:
     cls = f"[{re.escape(letters)}{re.escape(letters.lower())}]"
+    # Whitespace runs are possessive (`\s*+`): every element after one starts with a non-space, so
+    # nothing is lost, and a long run of spaces is not re-split between neighbouring `\s*` (which
+    # made "answer" followed by 20,000 spaces take minutes).
     return [
         # "The answer is (C)", "the correct answer is: C", "answer is option C"
         re.compile(
-            rf"answer\s*(?:is|would\s+be|should\s+be)?\s*(?:option|choice)?\s*[:\-]?\s*"
-            rf"(?:\*\*|\(|\[)*\s*({cls})(?![A-Za-z])",
+            rf"answer\s*+(?:is|would\s++be|should\s++be)?\s*+(?:option|choice)?\s*+[:\-]?\s*+"
+            rf"(?:\*\*|\(|\[)*+\s*+({cls})(?![A-Za-z])",
             re.IGNORECASE,
         ),
-        re.compile(rf"\\boxed\{{\s*(?:\\text\{{)?\s*\(?({cls})\)?\s*\}}?\s*\}}"),
-        re.compile(rf"\*\*\s*\(?({cls})\)?[.:]?\s*\*\*"),
+        re.compile(rf"\\boxed\{{\s*+(?:\\text\{{)?\s*+\(?({cls})\)?\s*+\}}?\s*+\}}"),
+        re.compile(rf"\*\*\s*+\(?({cls})\)?[.:]?\s*+\*\*"),
     ]
 
 

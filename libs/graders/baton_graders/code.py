@@ -1,24 +1,30 @@
-"""Code grader: run the candidate against reference tests in a restricted subprocess.
+"""Code grader: run the candidate against reference tests the way code-benchmark judges do.
 
-What the sandbox does (Linux/POSIX):
+Both the candidate (model output) and the tests are treated as untrusted. Each run is a separate
+process tree (Linux, root needed to build it):
 
-- a fresh temporary directory is the child's working directory and ``HOME``, removed afterwards;
-- the child is ``python -I`` (no user site-packages, no ``PYTHON*`` variables, script directory not
-  on ``sys.path``) with a minimal environment and stdin from ``/dev/null``;
-- ``RLIMIT_AS`` (address space, default 1 GiB), ``RLIMIT_CPU`` (CPU seconds), ``RLIMIT_FSIZE``
-  (largest file it may write, default 16 MiB) and ``RLIMIT_CORE`` = 0 are set inside the child
-  before candidate code runs;
-- an audit hook (PEP 578) refuses every ``socket.*`` event (socket creation, connect, bind,
-  DNS look-ups) and, by default, process creation (``subprocess``, ``os.system``, ``fork``,
-  ``exec``, ``spawn``);
-- the child runs in its own session; on the wall-time limit the whole process group is killed
-  with SIGKILL, and it is killed after a normal exit too, to reap anything left behind.
+- ``setpriv --pdeathsig KILL`` then ``unshare --net --pid --mount --ipc --uts --fork --kill-child
+  --mount-proc``: a network namespace with no interface up (no network at all), its own PID
+  namespace (it sees only its own processes: ``/proc/1`` is its own runner, the grader's and every
+  service's environment are out of sight), its own mounts, killed if the grader dies;
+- the runner (``_runner.py``, ``python -I -S``, an empty environment) makes every mount read-only
+  except a fresh temporary working directory, hides a private home directory that holds the
+  interpreter (only the interpreter stays visible); it stays the namespace's root-owned PID 1 that
+  only reaps, and forks the test process, which drops to uid/gid 65534 (``nobody``) with no groups,
+  no capabilities and no-new-privileges, under a seccomp filter refusing new namespaces, mounts,
+  keyrings, BPF, perf events and userfaultfd; ``/tmp``, ``/var/tmp``, ``/run`` and ``/dev/shm`` are
+  empty (no other service's Unix socket in reach);
+- limits: ``RLIMIT_AS`` (memory), ``RLIMIT_CPU``, ``RLIMIT_FSIZE`` (largest file), ``RLIMIT_NPROC``
+  (processes of the sandbox uid: a fork bomb stops there), ``RLIMIT_NOFILE``, ``RLIMIT_CORE`` = 0;
+- an audit hook (PEP 578) refuses ``socket.*`` events and process creation, for clearer errors
+  (the kernel-level limits above hold even when ``ctypes`` gets past it);
+- a wall-clock limit kills the whole process group, and with it the PID namespace.
 
-What it does not do: audit hooks are not a security boundary. Code that uses ``ctypes`` or
-loads a native extension can bypass them, the file system outside the working directory is
-readable (and writable where permissions allow), and a determined candidate could forge the
-verdict from inside the process. Use it for grading model output in trusted pipelines; run
-untrusted code inside a container, VM or seccomp/namespace jail as well.
+When this cannot be set up (not root, no ``unshare``/``setpriv``, a mount that cannot be made
+read-only), grading raises :class:`SandboxUnavailable`: code never runs outside the sandbox.
+
+Not defended: the candidate runs in the same process as the tests, so determined code could
+forge a passing verdict (a wrong reward, not an escape); files others may read stay readable.
 """
 
 from __future__ import annotations
@@ -35,9 +41,29 @@ import tempfile
 import time
 from pathlib import Path
 
-from ._types import Grade
+from ._types import Grade, GradingError
 
 _RUNNER = Path(__file__).with_name("_runner.py")
+# The runner's exit status when it could not build the sandbox (kept in step with _runner.py).
+_SETUP_FAILED = 97
+SANDBOX_UID = 65534  # nobody
+
+
+class SandboxUnavailable(GradingError):
+    """The code sandbox cannot be built here; code is not run at all."""
+
+
+def _sandbox_tools() -> tuple[str, str]:
+    if not hasattr(os, "geteuid") or not sys.platform.startswith("linux"):
+        raise SandboxUnavailable("the code sandbox needs Linux namespaces")
+    if os.geteuid() != 0:
+        raise SandboxUnavailable("the code sandbox needs root (to create namespaces and drop to the sandbox uid); "
+                                 "code grading is refused")
+    unshare, setpriv = shutil.which("unshare", path="/usr/bin:/bin:/usr/sbin:/sbin"), shutil.which(
+        "setpriv", path="/usr/bin:/bin:/usr/sbin:/sbin")
+    if not unshare or not setpriv:
+        raise SandboxUnavailable("the code sandbox needs util-linux `unshare` and `setpriv`; code grading is refused")
+    return unshare, setpriv
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
 
 
@@ -76,21 +102,27 @@ def grade_code(
     timeout: float = 10.0,
     memory_mb: int = 1024,
     file_size_mb: int = 16,
+    max_processes: int = 32,
     block_network: bool = True,
     block_processes: bool = True,
     entry_point: str | None = None,
-    python: str | None = None,
     extract: bool = True,
+    uid: int = SANDBOX_UID,
 ) -> Grade:
     """Score 1 when the candidate's code passes ``reference`` (test code), else 0.
 
     ``reference`` may hold top-level asserts, ``test_*`` functions, ``unittest.TestCase``
     classes, or a HumanEval-style ``check(candidate)`` (pass ``entry_point``). The tests run in
-    the candidate's namespace, and ``from solution import f`` works as well.
+    the candidate's namespace, and ``from solution import f`` works as well. Raises
+    :class:`SandboxUnavailable` when the sandbox cannot be built.
     """
     code, origin = extract_code(answer) if extract else (answer, "whole answer")
     if not code.strip():
         return Grade(0.0, "no code found in the answer")
+    unshare, setpriv = _sandbox_tools()
+    if uid == 0:
+        raise SandboxUnavailable("the sandbox uid must not be root")
+    python = os.path.realpath(sys.executable)
     workdir = Path(tempfile.mkdtemp(prefix="baton-grade-"))
     nonce = secrets.token_hex(16)
     try:
@@ -102,6 +134,9 @@ def grade_code(
         tests_path.write_text(reference, encoding="utf-8")
         shutil.copyfile(_RUNNER, runner_path)
         config = {
+            "workdir": str(workdir.resolve()),
+            "uid": uid,
+            "gid": uid,
             "candidate_path": str(candidate_path),
             "tests_path": str(tests_path),
             "log_path": str(log_path),
@@ -109,20 +144,32 @@ def grade_code(
             "memory_bytes": int(memory_mb) * 1024 * 1024 if memory_mb else None,
             "cpu_seconds": max(1, int(timeout) + 1),
             "file_bytes": int(file_size_mb) * 1024 * 1024 if file_size_mb else None,
+            "max_processes": max(1, int(max_processes)),
+            "max_open_files": 256,
             "block_network": block_network,
             "block_processes": block_processes,
             "entry_point": entry_point,
         }
         config_path = workdir / "config.json"
-        config_path.write_text(json.dumps(config), encoding="utf-8")
+        # Written before the directory is handed over: the runner reads it as root, then deletes it.
+        fd = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(config, fh)
+        os.chown(workdir, uid, uid)
+        os.chmod(workdir, 0o700)
         verdict_path = workdir / "verdict.out"
-        env = {"PATH": "/usr/bin:/bin", "HOME": str(workdir), "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
+        command = [
+            setpriv, "--pdeathsig", "KILL", "--",  # the sandbox dies with the grader, whatever kills it
+            unshare, "--net", "--pid", "--mount", "--ipc", "--uts", "--fork", "--kill-child", "--mount-proc",
+            "--", python, "-I", "-S", "-X", "utf8", str(runner_path), str(config_path),
+        ]
         started = time.monotonic()
-        with open(verdict_path, "wb") as verdict_out:
+        fd = os.open(verdict_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as verdict_out:
             proc = subprocess.Popen(
-                [python or sys.executable, "-I", str(runner_path), str(config_path)],
+                command,
                 cwd=workdir,
-                env=env,
+                env={},
                 stdin=subprocess.DEVNULL,
                 stdout=verdict_out,
                 stderr=subprocess.STDOUT,
@@ -145,15 +192,23 @@ def grade_code(
                 continue
             if isinstance(parsed, dict) and parsed.get("nonce") == nonce:
                 verdict = parsed
+                if parsed.get("setup_failed"):
+                    break  # nothing after a failed set-up is the runner's
+        if returncode == _SETUP_FAILED or (verdict is not None and verdict.get("setup_failed")):
+            why = verdict["detail"] if verdict else _tail(verdict_path)[-300:]
+            raise SandboxUnavailable(f"the code sandbox could not be set up ({why}); code grading is refused")
         if verdict is None:
-            if returncode == -signal.SIGXCPU or returncode == -signal.SIGKILL:
-                why = "CPU time limit exceeded" if returncode == -signal.SIGXCPU else "killed"
+            # The namespace's PID 1 reports the test process's death by signal N as 128 + N.
+            if returncode in (-signal.SIGXCPU, 128 + signal.SIGXCPU, -signal.SIGKILL, 128 + signal.SIGKILL):
+                why = "CPU time limit exceeded" if returncode in (-signal.SIGXCPU, 128 + signal.SIGXCPU) else "killed"
             elif returncode == 0:
                 why = "candidate exited before the tests finished"
             else:
                 why = f"exit code {returncode}"
             tail = _tail(log_path) or _tail(verdict_path)
             return Grade(0.0, f"no verdict from the test run ({why}); output tail: {tail[-200:]!r}")
+        if verdict.get("uid") != uid:
+            raise SandboxUnavailable("the test run did not drop to the sandbox uid; code grading is refused")
         detail = f"{verdict['detail']} [{origin}, {elapsed:.2f}s]"
         if "MemoryError" in verdict["detail"]:
             detail += f" (memory limit {memory_mb} MiB)"

@@ -15,6 +15,17 @@ from fractions import Fraction
 
 from ._types import Grade
 
+# Bounds on what is parsed as a number. Answers and references are untrusted text: without them
+# "1e999999999" builds a billion-digit integer, "1" + "/1" * 5000 overflows the parser's
+# recursion, and a long chain of brace openers makes brace matching quadratic.
+MAX_NUMBER_CHARS = 400       # a single number or fraction token
+MAX_EXPONENT = 1000          # |e| in 1e±e
+MAX_EXPRESSION_CHARS = 200   # an arithmetic expression such as (1)/((1)/(2))
+MAX_EXPRESSION_DEPTH = 32    # nesting of that expression
+MAX_PARSE_CHARS = 4000       # text handed to parse_number
+_MAX_BITS = 8000  # about 2,400 digits: well inside what int() and str() accept
+_EXPONENT = re.compile(r"[eE]([-+]?\d+)")
+
 _NUMBER = r"[-+−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|[-+−]?\.\d+(?:[eE][-+]?\d+)?"
 # A fraction is tried before a plain number so that "3/4" is not read as "4".
 _NUMBER_OR_FRACTION = re.compile(rf"(?:{_NUMBER})\s*/\s*(?:{_NUMBER})|(?:{_NUMBER})")
@@ -39,16 +50,31 @@ def _balanced_after(text: str, start: int) -> tuple[str, int] | None:
     return None
 
 
+def _closing_braces(text: str) -> dict[int, int]:
+    """Index of each ``{`` -> index of the ``}`` that closes it, in one pass."""
+    pairs, stack = {}, []
+    for i, ch in enumerate(text):
+        if ch == "{":
+            stack.append(i)
+        elif ch == "}" and stack:
+            pairs[stack.pop()] = i
+    return pairs
+
+
 def last_boxed(text: str) -> str | None:
     """Content of the last ``\\boxed{...}`` or ``\\fbox{...}``, nested braces included."""
     found = None
-    for m in re.finditer(r"\\(?:boxed|fbox)\s*", text):
-        group = _balanced_after(text, m.end())
-        if group is not None:
-            found = group[0]
+    pairs: dict[int, int] | None = None
+    for m in re.finditer(r"\\(?:boxed|fbox)\s*+", text):
+        if m.end() < len(text) and text[m.end()] == "{":
+            # Matched once for the whole text: one scan per \boxed made many unclosed ones quadratic.
+            pairs = _closing_braces(text) if pairs is None else pairs
+            close = pairs.get(m.end())
+            if close is not None:
+                found = text[m.end() + 1 : close]
         else:
             # "\boxed 5" without braces: take the next token.
-            tail = re.match(r"\s*([^\s$]+)", text[m.end() :])
+            tail = re.match(r"\s*([^\s$]+)", text[m.end() : m.end() + MAX_NUMBER_CHARS])
             if tail:
                 found = tail.group(1)
     return found
@@ -92,9 +118,14 @@ def _strip_latex(text: str) -> str:
 
 def _to_fraction(token: str) -> Fraction | None:
     token = token.replace(",", "").replace("−", "-").strip()
+    if len(token) > MAX_NUMBER_CHARS:
+        return None
+    exponent = _EXPONENT.search(token)
+    if exponent and abs(int(exponent.group(1))) > MAX_EXPONENT:
+        return None
     try:
         return Fraction(token)
-    except (ValueError, ZeroDivisionError):
+    except (ValueError, ZeroDivisionError, OverflowError):
         return None
 
 
@@ -104,6 +135,8 @@ def parse_number(text: str) -> Fraction | None:
     Accepts integers, decimals, thousands separators, ``a/b``, ``\\frac{a}{b}``, a leading
     currency sign, trailing units or a trailing period. ``-0`` parses as 0.
     """
+    if len(text) > MAX_PARSE_CHARS:
+        return None
     s = _strip_latex(text).strip()
     s = re.sub(r"^[^\d\-+.(]*", "", s)  # leading currency or words such as "x ="
     s = s.rstrip(" .;:!%")
@@ -119,35 +152,59 @@ def parse_number(text: str) -> Fraction | None:
 
 def _eval_arithmetic(expr: str) -> Fraction | None:
     """Exact value of a small arithmetic expression such as ``(1)/((1)/(2))``, else None."""
+    if len(expr) > MAX_EXPRESSION_CHARS or _nesting(expr) > MAX_EXPRESSION_DEPTH:
+        return None
     if re.search(r"\d,(?!\d{3}(?!\d))", expr):
         return None  # a comma that is not a thousands separator
     expr = expr.replace(",", "")
     try:
         tree = ast.parse(expr, mode="eval")
-    except SyntaxError:
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
 
-    def value(node: ast.AST) -> Fraction:
+    def value(node: ast.AST, depth: int = 0) -> Fraction:
+        if depth > 2 * MAX_EXPRESSION_DEPTH:
+            raise ValueError("expression nested too deeply")
         if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
-            return Fraction(ast.get_source_segment(expr, node) or str(node.value))
+            number = _to_fraction(ast.get_source_segment(expr, node) or str(node.value))
+            if number is None:
+                raise ValueError("not a number within bounds")
+            return number
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
-            inner = value(node.operand)
+            inner = value(node.operand, depth + 1)
             return -inner if isinstance(node.op, ast.USub) else inner
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Sub | ast.Mult | ast.Div):
-            left, right = value(node.left), value(node.right)
+            left, right = value(node.left, depth + 1), value(node.right, depth + 1)
             if isinstance(node.op, ast.Add):
-                return left + right
-            if isinstance(node.op, ast.Sub):
-                return left - right
-            if isinstance(node.op, ast.Mult):
-                return left * right
-            return left / right
+                result = left + right
+            elif isinstance(node.op, ast.Sub):
+                result = left - right
+            elif isinstance(node.op, ast.Mult):
+                result = left * right
+            else:
+                result = left / right
+            if max(result.numerator.bit_length(), result.denominator.bit_length()) > _MAX_BITS:
+                raise ValueError("number too large")
+            return result
         raise ValueError("unsupported expression")
 
     try:
         return value(tree.body)
-    except (ValueError, ZeroDivisionError):
+    except (ValueError, ZeroDivisionError, RecursionError):
         return None
+
+
+def _nesting(expr: str) -> int:
+    """Deepest parenthesis nesting, and the length of the longest operator chain, of ``expr``."""
+    depth = deepest = 0
+    for ch in expr:
+        if ch == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch == ")":
+            depth -= 1
+    operators = len(re.findall(r"[-+*/]", expr))
+    return max(deepest, operators)
 
 
 def _last_number(text: str) -> str | None:
@@ -226,7 +283,10 @@ def grade_math(answer: str, reference: str, *, rel_tol: float = 0.0, abs_tol: fl
             return Grade(0.0, f"expected {ref_value}, found no number in {extracted[:60]!r} ({how})")
         equal = cand_value == ref_value
         if not equal and (rel_tol or abs_tol):
-            equal = math.isclose(float(cand_value), float(ref_value), rel_tol=rel_tol, abs_tol=abs_tol)
+            try:
+                equal = math.isclose(float(cand_value), float(ref_value), rel_tol=rel_tol, abs_tol=abs_tol)
+            except OverflowError:
+                equal = False
         if equal:
             return Grade(1.0, f"{extracted[:60]!r} equals {ref_text[:60]!r} ({how})")
         return Grade(0.0, f"{extracted[:60]!r} != {ref_text[:60]!r} ({how})")

@@ -1,8 +1,14 @@
 from __future__ import annotations
 
-import re
+import regex
 
-from ._types import Grade
+from ._types import Grade, GradingError
+
+# The pattern and the answer are both untrusted: a pattern such as (a+)+$ against a long answer
+# backtracks for ever. The `regex` module stops a match at a timeout (and lets go of the GIL while
+# it runs), so such a grade fails with a reason instead of holding the grader.
+REGEX_TIMEOUT_S = 1.0
+MAX_PATTERN_CHARS = 10_000
 
 
 def _normalise(text: str, case_sensitive: bool) -> str:
@@ -25,17 +31,27 @@ def grade_regex(
     mode: str = "fullmatch",
     ignore_case: bool = False,
     strip: bool = True,
+    timeout: float = REGEX_TIMEOUT_S,
 ) -> Grade:
     """``reference`` is the pattern. ``mode`` is ``fullmatch`` or ``search``."""
     if mode not in ("fullmatch", "search"):
         raise ValueError(f"regex mode must be 'fullmatch' or 'search', got {mode!r}")
-    flags = re.IGNORECASE if ignore_case else 0
+    if len(reference) > MAX_PATTERN_CHARS:
+        raise ValueError(f"reference pattern longer than {MAX_PATTERN_CHARS} characters")
+    flags = regex.IGNORECASE if ignore_case else 0
     try:
-        pattern = re.compile(reference, flags | re.DOTALL)
-    except re.error as exc:
-        raise ValueError(f"invalid reference pattern {reference!r}: {exc}") from exc
+        # VERSION0: the standard library's `re` semantics, which references were written for.
+        pattern = regex.compile(reference, flags | regex.DOTALL | regex.VERSION0)
+    except (regex.error, ValueError, TypeError, OverflowError, RecursionError, MemoryError, IndexError) as exc:
+        raise ValueError(f"invalid reference pattern {reference[:80]!r}: {exc}") from exc
     text = answer.strip() if strip else answer
-    match = pattern.fullmatch(text) if mode == "fullmatch" else pattern.search(text)
+    try:
+        if mode == "fullmatch":
+            match = pattern.fullmatch(text, timeout=timeout, concurrent=True)
+        else:
+            match = pattern.search(text, timeout=timeout, concurrent=True)
+    except TimeoutError as exc:
+        raise GradingError(f"regex match timed out after {timeout:g}s") from exc
     if match:
         return Grade(1.0, f"pattern {mode} matched {match.group(0)[:80]!r}")
     verb = "fully match the answer" if mode == "fullmatch" else "occur in the answer"

@@ -7,6 +7,7 @@ Any field can be overridden by an environment variable `BATON_<SECTION>__<FIELD>
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Literal, Union
 
@@ -20,6 +21,8 @@ CONDUCTOR = "conductor"
 
 Provider = Literal["openai", "anthropic", "gemini", "openai_compatible", "sim"]
 PROVIDERS: tuple[str, ...] = ("openai", "anthropic", "gemini", "openai_compatible", "sim")
+# An evaluation set's name: a client names an item as NAME:ID, so the name holds no ':'.
+_EVAL_SET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 class ConfigError(ValueError):
@@ -336,6 +339,18 @@ class ExecutorConfig(_HttpService):
                                    description="On rebalance, time given to calls in flight before the partition moves.")
 
 
+GraderName = Literal["math", "choice", "code", "exact", "regex"]
+
+
+class EvalSetConfig(_Strict):
+    """One of the operator's evaluation sets: a file of items `id, grader, reference` (see the README)."""
+
+    path: Path = Field(description="CSV or JSON Lines file; relative paths are relative to this config file.")
+    grader: GraderName | None = Field(
+        default=None, description="Grader of rows that name none, e.g. `choice` for a RouterBench matrix "
+        "whose `answer` column holds the option letter.")
+
+
 class RewardLoggerConfig(_HttpService):
     port: int = Field(default=9104, ge=0, le=65535)
     # A string, not a Path: a Path would turn s3://bucket into s3:/bucket.
@@ -347,6 +362,28 @@ class RewardLoggerConfig(_HttpService):
     cost_weight: float = Field(default=0.0, ge=0, description="USD-to-reward exchange rate in quality_minus_cost.")
     flush_every: int = Field(default=100, ge=1, description="Episodes per Parquet file at most.")
     flush_interval_s: float = Field(default=2.0, gt=0)
+    eval_sets: dict[str, EvalSetConfig] = Field(
+        default_factory=dict,
+        description="Evaluation sets by name. A request naming an item, metadata baton_eval = 'NAME:ID', is graded "
+        "with that item's grader and reference; a client's own grader or reference is never used.")
+    grading_timeout_s: float = Field(default=30.0, gt=0, description="Longest one grade may take; past it the "
+                                     "episode is logged as 'grading failed' and the grading process replaced.")
+
+    @field_validator("eval_sets", mode="before")
+    @classmethod
+    def _path_shorthand(cls, value):
+        # `NAME: path` is short for `NAME: {path: path}`.
+        if isinstance(value, dict):
+            return {k: ({"path": v} if isinstance(v, (str, os.PathLike)) else v) for k, v in value.items()}
+        return value
+
+    @field_validator("eval_sets")
+    @classmethod
+    def _set_names(cls, value: dict) -> dict:
+        for name in value:
+            if not _EVAL_SET_NAME.match(name):
+                raise ValueError(f"evaluation set name {name!r} must match {_EVAL_SET_NAME.pattern} (no ':')")
+        return value
 
     @field_validator("dataset_dir", mode="before")
     @classmethod
@@ -487,7 +524,7 @@ def load_config(path: str | os.PathLike | None = None) -> BatonConfig:
 
 
 def _resolve_paths(config: BatonConfig, base: Path) -> BatonConfig:
-    """Relative paths to inputs (sim datasets, conductor models and adapters) are relative to the file,
+    """Relative paths to inputs (sim datasets, conductor models and adapters, evaluation sets) are relative to the file,
     so a config works from any directory. The dataset directory is an output: relative to where the
     reward logger runs."""
 
@@ -502,4 +539,6 @@ def _resolve_paths(config: BatonConfig, base: Path) -> BatonConfig:
     if config.conductor.vllm is not None:
         vllm = config.conductor.vllm
         vllm.adapters = {name: resolved(path) for name, path in vllm.adapters.items()}
+    for eval_set in config.reward_logger.eval_sets.values():
+        eval_set.path = resolved(eval_set.path)
     return config

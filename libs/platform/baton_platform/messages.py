@@ -30,7 +30,7 @@ def decode(kind: type[M], raw: bytes) -> M:
         raise PoisonMessage(f"expected a binary {kind.DESCRIPTOR.full_name}, got {type(raw).__name__}")
     try:
         return kind.FromString(bytes(raw))
-    except DecodeError as e:
+    except (DecodeError, ValueError, RecursionError) as e:  # any parse failure is the record's, not ours
         raise PoisonMessage(f"not a valid {kind.DESCRIPTOR.full_name}: {e}") from None
 
 

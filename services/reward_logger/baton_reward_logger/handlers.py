@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Callable
 
+import pyarrow as pa
 from aiokafka import ConsumerRebalanceListener, TopicPartition
 from baton.v1 import feedback_pb2, responses_pb2
 from faststream import AckPolicy
@@ -38,6 +39,7 @@ class Sink(ConsumerRebalanceListener):
         self.service = service
         self.topic = topic
         self.writer = writer
+        self.schema = writer.schema
         self.make_row = make_row
         cfg = service.config.reward_logger
         self._flush_every = cfg.flush_every
@@ -65,10 +67,14 @@ class Sink(ConsumerRebalanceListener):
         self.tracker.begin(tp, raw.offset)
         epoch = self._epochs.get(tp, 0)
         try:
-            # Grading may run a sandboxed subprocess: keep it off the event loop.
-            made = await asyncio.to_thread(self.make_row, msg.body, raw.partition, raw.offset)
+            # Grading runs in a child process with a time limit: wait for it off the event loop.
+            made = await asyncio.to_thread(self._checked_row, msg.body, raw.partition, raw.offset)
         except PoisonMessage as e:
             await self.service.dead_letters.send(msg, str(e))
+            made = None
+        except Exception as e:  # noqa: BLE001 - a record nothing can process must not hold its partition
+            log.exception("cannot process %s[%s]@%s", raw.topic, raw.partition, raw.offset)
+            await self.service.dead_letters.send(msg, f"unprocessable: {type(e).__name__}: {e}")
             made = None
         if made is None:
             self.tracker.finish(tp, raw.offset)
@@ -81,6 +87,14 @@ class Sink(ConsumerRebalanceListener):
             self._since.setdefault(tp, time.monotonic())
             if len(self._buffers[tp]) >= self._flush_every:
                 await self._flush(tp)
+
+    def _checked_row(self, value: bytes, partition: int, offset: int):
+        made = self.make_row(value, partition, offset)
+        if made is not None:
+            # A row the dataset's schema refuses would fail its whole file at every flush, and the
+            # partition would never commit again: refuse it here, alone, instead.
+            pa.Table.from_pylist([made[0]], schema=self.schema)
+        return made
 
     async def _flush(self, tp: TopicPartition) -> None:
         records = self._buffers.pop(tp, [])
@@ -143,7 +157,11 @@ class Flusher:
             await sink.flush_due(force=True)
 
 
-def response_row_maker(scheme, cost_weight: float) -> RowMaker:
+def response_row_maker(scheme, cost_weight: float, evals=None, grade_fn=None, outcomes: Counter | None = None
+                       ) -> RowMaker:
+    """Episodes graded against the operator's evaluation sets (`evals`), with `grade_fn` (by default
+    in process; the service passes an IsolatedGrader's, which bounds each grade's time)."""
+    from baton_graders import grade
     from baton_reward_logger.episodes import episode_row
     from baton_reward_logger.rewards import score
 
@@ -154,9 +172,20 @@ def response_row_maker(scheme, cost_weight: float) -> RowMaker:
         if response.WhichOneof("outcome") not in ("answer", "error"):
             return None  # progress and answer deltas for streaming clients: only final responses are episodes
         stamp = response.completed_unix_ms or response.episode.request.created_unix_ms
-        return episode_row(response, score(response, scheme, cost_weight), partition, offset), stamp
+        reward = score(response, scheme, cost_weight, evals, grade_fn or grade)
+        if outcomes is not None:
+            outcomes.labels(_outcome(reward)).inc()
+        return episode_row(response, reward, partition, offset), stamp
 
     return make
+
+
+def _outcome(reward) -> str:
+    if reward.quality is not None:
+        return "graded"
+    if reward.grader is not None:
+        return "grading_failed"
+    return "unknown_item" if reward.detail.startswith("ungraded") else "no_item"
 
 
 def feedback_row_maker() -> RowMaker:

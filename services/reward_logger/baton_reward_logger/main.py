@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from faststream.asgi import AsgiFastStream
+from baton_graders import EvalRegistry, IsolatedGrader
 from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client import Counter
 
@@ -22,16 +23,25 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
     cfg = config.reward_logger
     root = cfg.dataset_dir.rstrip("/")  # a local path or a URL: joined as text, which both accept
     written = Counter("baton_dataset_rows", "Rows written to the datasets", ["topic"], registry=service.registry)
+    outcomes = Counter("baton_rewards", "Episodes by grading outcome: graded, grading_failed, unknown_item, no_item",
+                       ["outcome"], registry=service.registry)
+    # The operator's evaluation sets, loaded once: a missing or malformed file stops the start.
+    evals = EvalRegistry.load({name: (s.path, s.grader) for name, s in cfg.eval_sets.items()})
+    grader = IsolatedGrader(timeout_s=cfg.grading_timeout_s)
     sinks = [
         Sink(service, topics.RESPONSES, DatasetWriter(f"{root}/episodes", topics.RESPONSES, EPISODE_SCHEMA),
-             response_row_maker(cfg.reward_scheme, cfg.cost_weight), written),
+             response_row_maker(cfg.reward_scheme, cfg.cost_weight, evals, grader.grade, outcomes), written),
         Sink(service, topics.FEEDBACK, DatasetWriter(f"{root}/feedback", topics.FEEDBACK, FEEDBACK_SCHEMA),
              feedback_row_maker(), written),
     ]
     for sink in sinks:
         sink.register()
     flusher = Flusher(sinks, cfg.flush_interval_s)
-    return service.asgi_app(after_startup=[flusher.start], on_shutdown=[flusher.stop])
+
+    async def stop_grader() -> None:
+        grader.close()
+
+    return service.asgi_app(after_startup=[flusher.start], on_shutdown=[flusher.stop, stop_grader])
 
 
 def run() -> None:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from baton.v1 import common_pb2, requests_pb2
 from baton_conductor import PlanBounds, Prompter
-from baton_graders import grade
+from baton_graders import GradingError, grade
 from baton_platform.config import CONDUCTOR, BatonConfig, WorkerConfig
 from baton_policy.matrix import COST_CHARS, COST_TOTAL, OutcomeMatrix, group_key
 
@@ -192,8 +192,8 @@ def outcomes_from_episodes(rows: Iterable[Mapping], workers: Sequence[str], *,
                     continue
                 try:
                     quality = grade(grader, s["output"], reference).score
-                except ValueError:
-                    break  # an unknown grader: nothing in this episode can be graded
+                except (ValueError, GradingError):
+                    break  # an unknown grader, or one that cannot grade here: nothing in this episode counts
                 table.add(query, s["worker"], quality, s.get("cost_usd"))
             continue
         value = row.get("quality")
