@@ -1,10 +1,10 @@
 """Who may call the gateway, and how much.
 
 A caller presents an API key; the gateway keeps only the keys' SHA-256 hashes, each belonging to one
-tenant with scopes (`chat`, `feedback`, `eval`), the policies (OpenAI `model`s) it may use, a request rate and
-a token rate per key, and a spend budget for the whole tenant. A key never leaves this module: what
-is logged, traced or labelled is the tenant's name, and at most the first 12 hex digits of a hash
-(`key_id`), which tells nothing about the key.
+tenant with scopes (`chat`, `feedback`, `eval`), the policies (OpenAI `model`s) it may use, a request
+rate and a token rate per key, and a spend budget for the whole tenant. A key never leaves this
+module: what is logged, traced or labelled is the tenant's name, and at most the first 12 hex digits
+of a hash (`key_id`), which tells nothing about the key.
 
 Limits are enforced where requests arrive, with no shared store: each gateway replica enforces its
 share of every limit, equal to its share of the partitions of baton.responses (the same rule the
