@@ -110,6 +110,13 @@ def test_validator_catches_a_broken_manifest():
         (("synthesizer.config.groupAnswer=judge",), "needs judge.worker"),
         (("gateway.auth.existingSecret=",), "gateway.auth.existingSecret"),
         (("gateway.tenants=null",), "at least one entry in gateway.tenants"),
+        (("rewardLogger.evalSets.sets.quiz.path=quiz.csv",), "set configMap, or give an absolute path"),
+        (("rewardLogger.evalSets.sets.quiz.path=/data/quiz.csv",), "/data/quiz.csv is on no volume"),
+        (("rewardLogger.evalSets.configMap=evals", "rewardLogger.evalSets.sets.quiz.path=/etc/baton/quiz.csv"),
+         "is on no volume"),
+        (("rewardLogger.evalSets.sets.bad:name.path=/x",), "invalid propertyName 'bad:name'"),
+        (("rewardLogger.evalSets.sets.quiz.grader=oracle", "rewardLogger.evalSets.sets.quiz.path=/x"),
+         "rewardLogger/evalSets/sets/quiz/grader"),
     ],
 )
 def test_refuses_values_that_would_deploy_something_broken(sets, message):

@@ -355,3 +355,44 @@ def test_exploration_and_the_judge_reach_the_configuration(tmp_path):
     assert (config["router"]["explore_share"], config["router"]["explore_group_size"]) == (0.1, 3)
     assert config["synthesizer"]["group_answer"] == "judge"
     assert config["judge"] == {"worker": "claude-sonnet", "wait_s": 30}
+
+
+def reward_logger(objects) -> dict:
+    (d,) = [d for d in by_kind(objects, "Deployment")
+            if d["metadata"]["labels"]["app.kubernetes.io/component"] == "reward-logger"]
+    return d
+
+
+def test_evaluation_sets_reach_the_configuration_on_a_volume_of_the_reward_logger(tmp_path, monkeypatch):
+    assert "eval_sets" not in baton_config(render((THREE,)))["reward_logger"], "none unless configured"
+    values = tmp_path / "evals.yaml"
+    values.write_text(yaml.safe_dump({"rewardLogger": {
+        "evalSets": {"configMap": "my-eval-sets",
+                     "sets": {"quiz": {"path": "quiz.csv"},
+                              "mmlu_pro": {"path": "/data/routing/mmlu_pro_dev.csv", "grader": "choice"}}},
+        "extraVolumes": [{"name": "routing", "persistentVolumeClaim": {"claimName": "routing-data"}}],
+        "extraVolumeMounts": [{"name": "routing", "mountPath": "/data/routing", "readOnly": True}]}}))
+    objects = render((THREE, str(values)))
+    config = baton_config(objects)
+    assert config["reward_logger"]["eval_sets"] == {
+        "quiz": {"path": "/etc/baton/eval-sets/quiz.csv"},
+        "mmlu_pro": {"path": "/data/routing/mmlu_pro_dev.csv", "grader": "choice"}}
+    pod = pod_spec(reward_logger(objects))
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["eval-sets"]["configMap"]["name"] == "my-eval-sets"
+    assert volumes["routing"]["persistentVolumeClaim"]["claimName"] == "routing-data"
+    mounts = {m["name"]: m for m in container(reward_logger(objects))["volumeMounts"]}
+    assert mounts["eval-sets"] == {"name": "eval-sets", "mountPath": "/etc/baton/eval-sets", "readOnly": True}
+    assert mounts["routing"]["mountPath"] == "/data/routing"
+    # The reward logger's own loader accepts what the chart wrote.
+    path = tmp_path / "baton.yaml"
+    path.write_text(yaml.safe_dump(config))
+    monkeypatch.setenv("BATON_CONFIG", str(path))
+    loaded = load_config().reward_logger.eval_sets
+    assert str(loaded["quiz"].path) == "/etc/baton/eval-sets/quiz.csv" and loaded["mmlu_pro"].grader == "choice"
+
+
+def test_the_cpu_only_example_grades_with_the_matrix_its_sim_worker_replays():
+    objects = render((CPU_ONLY,))
+    assert baton_config(objects)["reward_logger"]["eval_sets"]["mmlu_pro"]["path"] == "/data/routing/mmlu_pro_dev.csv"
+    assert "/data/routing" in [m["mountPath"] for m in container(reward_logger(objects))["volumeMounts"]]

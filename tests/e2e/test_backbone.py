@@ -60,7 +60,7 @@ def stack(kafka_bootstrap, standin, tmp_path_factory):
     }
     data["kafka"] = {"partitions": 4, "session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
     data["gateway"] = {"auth": "keys"}
-    data["tenants"] = [{"name": "team", "keys": [{"sha256": hash_key(CALLER_KEY), "scopes": ["chat", "feedback"]}]},
+    data["tenants"] = [{"name": "team", "keys": [{"sha256": hash_key(CALLER_KEY), "scopes": ["chat", "feedback", "eval"]}]},
                        {"name": "others"}]
     run_dir = tmp_path_factory.mktemp("stack")
     # The operator's evaluation set for this suite: the draft check below is graded by a pattern.

@@ -106,6 +106,12 @@ def test_openai_client_raises_the_matching_exception_for_each_error(stack):
     assert err.value.code == "invalid_api_key" and "bt-wrong" not in err.value.message
     with pytest.raises(openai.AuthenticationError, match="Missing scopes: chat"):
         ask(client(stack, FEEDBACK_KEY))
+    # Naming an evaluation item needs the eval scope (its reward trains the policy), and a well-formed item.
+    with pytest.raises(openai.AuthenticationError, match="Missing scopes: eval"):
+        ask(client(stack), metadata={"baton_eval": "quiz:q1"})
+    with pytest.raises(openai.BadRequestError) as err:
+        ask(client(stack), metadata={"baton_eval": "quiz"})
+    assert err.value.param == "metadata.baton_eval"
     with pytest.raises(openai.NotFoundError) as err:
         ask(client(stack), model="gpt-5")
     assert err.value.code == "model_not_found"

@@ -67,3 +67,22 @@ def test_feedback_is_validated_and_joins_on_the_request_id():
         parse_feedback(json.dumps({"response_id": "x", "score": 5}).encode())
     with pytest.raises(ApiError, match="response_id"):
         parse_feedback(b'{"score": 0}')
+
+
+@pytest.mark.parametrize("value", [
+    "", "quiz", ":q1", "quiz:", "-quiz:q1", "quiz set:q1", "q/z:q1", "s" * 65 + ":q1", "quiz:q1\n",
+    "quiz:line\nbreak", "quiz:" + "x" * 508,
+])
+def test_a_malformed_eval_item_is_a_400_naming_metadata_baton_eval(value):
+    with pytest.raises(ApiError) as err:
+        parse({"model": "baton", "messages": [{"role": "user", "content": "x"}], "metadata": {"baton_eval": value}})
+    assert err.value.status == 400 and err.value.param == "metadata.baton_eval"
+    assert "metadata.baton_eval" in err.value.message and "SET:ID" in err.value.message
+
+
+@pytest.mark.parametrize("value", ["quiz:q1", "mmlu_pro:mmlu-pro-70", "a.b-c_d:x:y z", "s" * 64 + ":1",
+                                   "quiz:" + "x" * 507])
+def test_a_well_formed_eval_item_parses_and_other_metadata_stays_accepted(value):
+    # A client's grader and reference are accepted here and ignored by the reward logger.
+    meta = {"baton_eval": value, "grader": "code", "reference": "x", "eval_name": "quiz"}
+    assert parse({"model": "baton", "messages": [{"role": "user", "content": "x"}], "metadata": meta}).metadata == meta

@@ -176,3 +176,16 @@ def test_config_rejects_a_key_listed_twice_and_a_hash_that_is_not_one():
         config(tenants=twice)
     with pytest.raises(Exception, match="sha256"):
         config(tenants=[{"name": "a", "keys": [{"sha256": "bt-plaintext"}]}])
+
+
+def test_the_eval_scope_is_a_scope_of_its_own():
+    extra = mint_key()
+    gate = Gatekeeper(config(), env={"BATON_API_KEYS": key_entry("slow", hash_key(extra), ["chat", "eval"])})
+    gate.require(gate.authenticate(bearer(extra), "chat"), "eval")
+    with pytest.raises(ApiError) as err:
+        gate.require(gate.authenticate(bearer(ACME), "chat"), "eval")
+    assert err.value.status == 401 and "Missing scopes: eval" in err.value.message
+    gate.require(Gatekeeper(config(auth="none"), env={}).authenticate(None, "chat"), "eval")
+    assert config(tenants=[{"name": "a", "keys": [{"sha256": "a" * 64, "scopes": ["eval", "chat"]}]}])
+    with pytest.raises(Exception, match="scopes"):
+        config(tenants=[{"name": "a", "keys": [{"sha256": "a" * 64, "scopes": ["grade"]}]}])

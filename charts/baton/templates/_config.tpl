@@ -119,6 +119,14 @@ the application's defaults apply; false and 0 are kept. Nested maps (adapter nam
 {{- $executor := dict "host" "0.0.0.0" "port" $v.executorDefaults.containerPort "max_attempts" $v.executorDefaults.maxAttempts -}}
 {{- $rl := $v.rewardLogger -}}
 {{- $rewardLogger := dict "host" "0.0.0.0" "port" $rl.containerPort "dataset_dir" $rl.dataset.mountPath "flush_every" $rl.config.flushEvery "flush_interval_s" $rl.config.flushIntervalS -}}
+{{- $evalSets := dict -}}
+{{- range $name, $set := $rl.evalSets.sets -}}
+{{- /* Absolute paths: a relative one would resolve against the config file's folder, not the sets'. */ -}}
+{{- $entry := dict "path" (include "baton.rewardLogger.evalSetPath" (dict "root" $ "set" $set)) -}}
+{{- with $set.grader }}{{ $_ := set $entry "grader" . }}{{ end -}}
+{{- $_ := set $evalSets $name $entry -}}
+{{- end -}}
+{{- if $evalSets }}{{ $_ := set $rewardLogger "eval_sets" $evalSets }}{{ end -}}
 
 {{- $config := dict "workers" $workers "conductor" $conductor "kafka" $kafka "gateway" $gateway "router" $router "synthesizer" $synthesizer "executor" $executor "reward_logger" $rewardLogger "tenants" $tenants -}}
 {{- with $v.judge.worker }}{{ $_ := set $config "judge" (include "baton.snakeSection" (dict "values" $v.judge) | fromJson) }}{{ end -}}
@@ -206,6 +214,21 @@ Checks the schema cannot express. Each failure says what is wrong and which valu
 {{- end -}}
 {{- if and $v.gateway.auth.enabled (not $v.gateway.auth.existingSecret) -}}
 {{- fail "gateway.auth.enabled needs gateway.auth.existingSecret: a Secret whose key gateway.auth.existingSecretKey holds the key entries `tenant:sha256[:scope+scope]` (`baton keys create --tenant NAME` prints one)" -}}
+{{- end -}}
+{{- $rl := $v.rewardLogger -}}
+{{- $mounted := list -}}
+{{- if $rl.evalSets.configMap }}{{ $mounted = append $mounted $rl.evalSets.mountPath }}{{ end -}}
+{{- range $rl.extraVolumeMounts }}{{ $mounted = append $mounted .mountPath }}{{ end -}}
+{{- range $name, $set := $rl.evalSets.sets -}}
+{{- if and (not (isAbs $set.path)) (not $rl.evalSets.configMap) -}}
+{{- fail (printf "rewardLogger.evalSets.sets.%s.path %q is relative to rewardLogger.evalSets.mountPath, where rewardLogger.evalSets.configMap is mounted: set configMap, or give an absolute path on a volume of rewardLogger.extraVolumeMounts" $name $set.path) -}}
+{{- end -}}
+{{- $path := include "baton.rewardLogger.evalSetPath" (dict "root" $ "set" $set) -}}
+{{- $found := false -}}
+{{- range $m := $mounted }}{{ if hasPrefix (printf "%s/" (trimSuffix "/" $m)) $path }}{{ $found = true }}{{ end }}{{ end -}}
+{{- if not $found -}}
+{{- fail (printf "rewardLogger.evalSets.sets.%s.path %s is on no volume of the reward logger: mount it with rewardLogger.evalSets.configMap or rewardLogger.extraVolumes and extraVolumeMounts (the reward logger would not start without the file)" $name $path) -}}
+{{- end -}}
 {{- end -}}
 {{- if and $v.gateway.auth.enabled (not $v.gateway.tenants) -}}
 {{- fail "gateway.auth.enabled needs at least one entry in gateway.tenants: every key belongs to a tenant" -}}

@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("keys", help="gateway API keys: `baton keys create --tenant NAME`, `baton keys hash < KEY`")
     p.add_argument("action", choices=["create", "hash"])
     p.add_argument("--tenant", help="the tenant the new key belongs to (create)")
-    p.add_argument("--scopes", default="chat", help="comma-separated: chat, feedback (create; default chat)")
+    p.add_argument("--scopes", default="chat", help="comma-separated: chat, feedback, eval (create; default chat)")
     p.set_defaults(fn=cmd_keys)
     args = parser.parse_args(argv)
     try:

@@ -65,6 +65,8 @@ def describe(info: dict) -> list[str]:
 
 
 def run_demo(base_url: str, config: BatonConfig, count: int = 8, api_key: str = "none", out=print) -> dict:
+    # Questions name their evaluation items (metadata baton_eval): against a gateway with `auth: keys`,
+    # api_key needs the `eval` scope as well as `chat`.
     client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=120)
     models = [m.id for m in client.models.list().data]
     out(f"gateway {base_url} serves models: {', '.join(models)}\n")

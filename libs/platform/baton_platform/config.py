@@ -276,8 +276,8 @@ class GatewayConfig(_HttpService):
         "commas or whitespace (how a Kubernetes Secret supplies them).")
 
 
-Scope = Literal["chat", "feedback"]
-SCOPES: tuple[str, ...] = ("chat", "feedback")
+Scope = Literal["chat", "feedback", "eval"]
+SCOPES: tuple[str, ...] = ("chat", "feedback", "eval")
 TENANT_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 
 
@@ -286,7 +286,9 @@ class TenantKey(_Strict):
 
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="SHA-256 of the key, lowercase hex.")
     scopes: list[Scope] = Field(default_factory=lambda: ["chat"], min_length=1,
-                                description="'chat': chat completions and models; 'feedback': POST /v1/feedback.")
+                                description="'chat': chat completions and models; 'feedback': POST /v1/feedback; "
+                                "'eval': a chat request may name an evaluation item (metadata baton_eval), "
+                                "whose graded reward trains the routing policy.")
     name: str = Field(default="", max_length=64, description="Who holds the key, for people; never the key.")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from typing import Any, Literal
 
@@ -12,6 +13,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 DEFAULT_POLICY = "baton"
 INT32_MAX = 2**31 - 1
+
+# A request names an item of the operator's evaluation sets as "SET:ID"; the reward logger grades its
+# answer, and that reward trains the routing policy, so only keys with the `eval` scope may send it.
+EVAL_METADATA_KEY = "baton_eval"
+EVAL_SCOPE = "eval"
+EVAL_MAX_CHARS = 512  # as the reward logger's registry: a longer key names no item
+# fullmatch, not `$`: `$` would also accept a trailing newline.
+EVAL_ITEM = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}:.+")
 
 
 class ApiError(Exception):
@@ -65,7 +74,10 @@ class ChatCompletionRequest(BaseModel):
     temperature: float | None = Field(default=None, ge=0, le=2)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    metadata: dict[str, str] | None = None
+    metadata: dict[str, str] | None = Field(
+        default=None, description="Strings. Baton reads baton_max_cost_usd and baton_max_calls (a budget), and "
+        "baton_eval, 'SET:ID', an item of the operator's evaluation sets to grade the answer by (needs a key with "
+        "the `eval` scope).")
     n: int = Field(default=1, ge=1, le=1, description="Baton answers with one choice.")
 
     @model_validator(mode="before")
@@ -129,7 +141,24 @@ def parse_chat_request(raw: bytes, known_models: set[str]) -> ChatCompletionRequ
         # OpenAI's answer to a model that is unknown or not the caller's to use: 404 model_not_found.
         raise ApiError(404, f"The model {req.model!r} does not exist or you do not have access to it; available: "
                        f"{', '.join(sorted(known_models)) or 'none'}.", code="model_not_found")
+    check_eval_item(req.metadata or {})
     return req
+
+
+def check_eval_item(metadata: dict[str, str]) -> None:
+    """A 400 for a malformed `baton_eval`: a typo would otherwise be logged silently as ungraded."""
+    if EVAL_METADATA_KEY not in metadata:
+        return
+    value = metadata[EVAL_METADATA_KEY]
+    # The value is not echoed: it may be long, and it is the client's text.
+    if len(value) > EVAL_MAX_CHARS or not EVAL_ITEM.fullmatch(value):
+        raise ApiError(400, f"invalid request: metadata.{EVAL_METADATA_KEY} must be 'SET:ID' (SET matching "
+                       f"[A-Za-z0-9][A-Za-z0-9._-]{{0,63}}, ID not empty, one line, at most {EVAL_MAX_CHARS} "
+                       "characters in all)", param=f"metadata.{EVAL_METADATA_KEY}")
+
+
+def wants_eval(metadata: dict[str, str] | None) -> bool:
+    return bool(metadata) and EVAL_METADATA_KEY in metadata
 
 
 BUDGET_KEYS = {"baton_max_cost_usd": "max_cost_usd", "baton_max_calls": "max_calls"}

@@ -1,10 +1,10 @@
 """Who may call the gateway, and how much.
 
 A caller presents an API key; the gateway keeps only the keys' SHA-256 hashes, each belonging to one
-tenant with scopes (`chat`, `feedback`), the policies (OpenAI `model`s) it may use, a request rate and
-a token rate per key, and a spend budget for the whole tenant. A key never leaves this module: what
-is logged, traced or labelled is the tenant's name, and at most the first 12 hex digits of a hash
-(`key_id`), which tells nothing about the key.
+tenant with scopes (`chat`, `feedback`, `eval`), the policies (OpenAI `model`s) it may use, a request
+rate and a token rate per key, and a spend budget for the whole tenant. A key never leaves this
+module: what is logged, traced or labelled is the tenant's name, and at most the first 12 hex digits
+of a hash (`key_id`), which tells nothing about the key.
 
 Limits are enforced where requests arrive, with no shared store: each gateway replica enforces its
 share of every limit, equal to its share of the partitions of baton.responses (the same rule the
@@ -122,11 +122,16 @@ class Gatekeeper:
         if found is None:
             raise ApiError(401, "Incorrect API key provided. Ask the operator of this gateway for a valid key.",
                            code="invalid_api_key")
-        if scope not in found.scopes:
+        self.require(found, scope)
+        return found
+
+    @staticmethod
+    def require(principal: Principal, scope: str) -> None:
+        """Refuse a key that lacks a scope; `auth: none` holds every scope."""
+        if scope not in principal.scopes:
             # OpenAI answers a restricted key that lacks a scope this way: 401, code null.
             raise ApiError(401, f"You have insufficient permissions for this operation. Missing scopes: {scope}. "
                            "Ask the operator of this gateway for a key with that scope.")
-        return found
 
     def visible_models(self, principal: Principal, known: set[str]) -> list[str]:
         return sorted(m for m in known if principal.may_use(m))

@@ -27,8 +27,9 @@ from baton_platform.kafka import consumer_options, make_broker
 from baton_platform.messages import DeadLetters, PoisonMessage, decode, encode
 from baton_platform.telemetry import setup_tracing
 
-from baton_gateway.api import (DEFAULT_POLICY, ApiError, budget_from, completion_body, opening_chunk,
-                               parse_chat_request, parse_feedback, sse, summary_header)
+from baton_gateway.api import (DEFAULT_POLICY, EVAL_SCOPE, ApiError, budget_from, completion_body,
+                               opening_chunk, parse_chat_request, parse_feedback, sse, summary_header,
+                               wants_eval)
 from baton_gateway.auth import Gatekeeper
 from baton_gateway.openapi import openapi_document
 from baton_gateway.replies import INTERIM, Replies
@@ -125,6 +126,8 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
             try:
                 principal = authorize(request, "chat")
                 req = parse_chat_request(await read_body(request), set(gate.visible_models(principal, models)))
+                if wants_eval(req.metadata):
+                    gate.require(principal, EVAL_SCOPE)
                 if len(req.messages) > gw.max_messages:
                     raise ApiError(400, f"at most {gw.max_messages} messages are accepted", param="messages")
                 partition = replies.reply_partition()

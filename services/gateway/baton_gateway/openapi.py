@@ -23,7 +23,8 @@ def _json(description: str, schema: dict[str, Any]) -> dict[str, Any]:
 
 
 ERRORS = {
-    "400": _error("Malformed request: invalid JSON, a bad parameter, empty messages."),
+    "400": _error("Malformed request: invalid JSON, a bad parameter, empty messages, a malformed "
+                  "metadata.baton_eval."),
     "401": _error("No API key, an incorrect one (code invalid_api_key), or a key without the scope."),
     "404": _error("The model does not exist or the caller may not use it (code model_not_found)."),
     "413": _error("The request body is larger than gateway.max_body_bytes."),
