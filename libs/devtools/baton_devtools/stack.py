@@ -131,7 +131,7 @@ class Stack:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "logs").mkdir(exist_ok=True)
         try:
-            # Model servers first: they take longest to be ready (the first start compiles the model).
+            # Model servers first: they take longest to be ready (importing vLLM alone takes a minute).
             self.services = plan_model_servers(self.config, echo)
             for svc in self.services:
                 self._spawn(svc, detach)

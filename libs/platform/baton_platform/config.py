@@ -74,7 +74,7 @@ class LocalServerSettings(_Strict):
         default=None, gt=0, description="The server's cap on any answer's length, whatever a request asks "
         "(vLLM's `max_new_tokens`): a slow CPU model must answer within the step timeout.")
     start_timeout_s: float = Field(
-        default=900, gt=0, description="How long the launcher waits for the server (the first start compiles).")
+        default=900, gt=0, description="How long the launcher waits for the server's /health (minutes on a busy machine).")
 
 
 class WorkerConfig(_Strict):
