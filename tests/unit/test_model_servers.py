@@ -89,3 +89,14 @@ def test_stopping_a_service_stops_the_children_that_outlive_it():
         time.sleep(0.1)
     else:
         pytest.fail("the child outlived stop_services")
+
+
+def test_the_demo_asks_free_questions_only_where_a_fallback_can_answer_them(write_config):
+    from baton_devtools.demo import demo_questions
+
+    with_local, _ = local_worker(write_config)
+    asked = demo_questions(with_local, 8)
+    assert len(asked) == 8 and [q["topic"] for q in asked].count("free question") == 2
+    assert all(q["answer"] for q in asked if q["topic"] != "free question"), "matrix questions carry references"
+    sims_only = load_config(write_config(data=default_config_data()))
+    assert all(q["topic"] != "free question" for q in demo_questions(sims_only, 8))

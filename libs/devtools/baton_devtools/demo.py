@@ -22,10 +22,11 @@ FREE_QUESTIONS = ("What is the capital of France?", "Name the largest planet of 
 
 def demo_questions(config: BatonConfig, count: int, free: int = 2) -> list[dict[str, str]]:
     """Questions spread over the first sim worker's matrix (with reference answers when it has them),
-    then `free` questions no matrix holds when some worker can answer those: a worker that is not a
-    sim, which the sim workers' fallback reaches. Without sim workers, free questions only."""
+    then `free` questions no matrix holds when the sim workers can hand those on: each has a
+    `fallback` that is not a sim (a step on a sim worker without one would fail the request).
+    Without sim workers, free questions only."""
     sims = [w for w in config.workers if w.sim is not None]
-    answers_anything = any(w.sim is None for w in config.workers)
+    answers_anything = all(w.fallback and config.worker(w.fallback).sim is None for w in sims)
     if not sims:
         return [{"prompt": q, "answer": "", "topic": "free question"} for q in FREE_QUESTIONS][:count]
     csv.field_size_limit(sys.maxsize)
