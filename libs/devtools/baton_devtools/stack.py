@@ -136,8 +136,8 @@ class Stack:
             for svc in self.services:
                 self._spawn(svc, detach)
             if self.services:
-                echo(f"starting {', '.join(s.name for s in self.services)} (vLLM: a minute, or a few "
-                     "on a busy machine)...")
+                echo(f"starting {', '.join(s.name for s in self.services)} (vLLM: minutes on a busy "
+                     "machine)...")
                 self._write_state()
             if self.bootstrap_servers is None:
                 echo("starting Kafka (KRaft, single node)...")
