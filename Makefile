@@ -9,7 +9,7 @@ PY := .venv/bin/python
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: help install proto kafka helm test test-fast demo train-demo up down bench images clean
+.PHONY: help install proto kafka helm vllm test test-fast demo train-demo up down bench images clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  %-12s %s\n", $$1, $$2}'
@@ -33,7 +33,10 @@ kafka: install ## Download Apache Kafka's jars from Maven Central (cached)
 helm: ## Build the pinned Helm CLI from its Go module into .tools/bin (cached)
 	tools/helm.sh
 
-test: install kafka helm ## The whole suite: unit, component, integration, e2e (starts its own Kafka) and the chart
+vllm: install ## The local model server: vLLM's CPU build in .tools/vllm and SmolLM2-135M converted (cached)
+	tools/vllm/setup.sh >/dev/null
+
+test: install kafka helm vllm ## The whole suite: unit, component, integration, e2e (starts its own Kafka) and the chart
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-fast: install ## Unit and component tests only (no broker)
@@ -42,13 +45,13 @@ test-fast: install ## Unit and component tests only (no broker)
 bench: install kafka ## Benchmarks: overhead vs LiteLLM, throughput, provider limits (BENCH_ARGS=--quick: ~3 min)
 	$(PY) bench/run.py $(BENCH_ARGS)
 
-demo: install kafka ## Start everything, ask real questions through the gateway, print answers and workflows, stop
+demo: install kafka vllm ## Start everything, ask real questions through the gateway, print answers and workflows, stop
 	.venv/bin/baton demo
 
 train-demo: install kafka ## The learning loop: exploration traffic, training, gate, hot rollout, fresh traffic
 	.venv/bin/baton train-demo
 
-up: install kafka ## Start Kafka and every service in the background (gateway on 127.0.0.1:8080)
+up: install kafka vllm ## Start Kafka, every service and the local model server in the background (gateway on 127.0.0.1:8080)
 	.venv/bin/baton up
 
 down: ## Stop everything `make up` started

@@ -13,13 +13,23 @@ MMLU_PRO = ROUTING_DATA / "mmlu_pro_dev.csv"
 
 
 
-def default_config_data() -> dict:
+def default_config_data(local_model_port: int | None = None) -> dict:
+    """The default configuration for a test. Without `local_model_port` it has only the sim workers
+    (no model server to start, and no fallback: a question the matrix lacks fails its step); with it,
+    the local model worker is kept, served at that port, and the sim workers fall back to it."""
     data = yaml.safe_load(DEFAULT_CONFIG.read_text())
     # Tests plan with the fixed plan unless they ask for a model conductor themselves.
     data["conductor"]["backend"] = "static"
+    local = [w["name"] for w in data["workers"] if w.get("local_server")]
+    if local_model_port is None:
+        data["workers"] = [w for w in data["workers"] if not w.get("local_server")]
     for w in data["workers"]:
         if w.get("sim"):
             w["sim"]["dataset"] = str(MMLU_PRO)
+            if local_model_port is None and w.get("fallback") in local:
+                del w["fallback"]
+        if w.get("local_server"):
+            w["base_url"] = f"http://127.0.0.1:{local_model_port}/v1"
     # Tests write the config elsewhere: the evaluation sets' relative paths would not follow it.
     for eval_set in data.get("reward_logger", {}).get("eval_sets", {}).values():
         eval_set["path"] = str((DEFAULT_CONFIG.parent / eval_set["path"]).resolve())

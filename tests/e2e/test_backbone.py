@@ -53,6 +53,9 @@ def stack(kafka_bootstrap, standin, tmp_path_factory):
     data["workers"].append({"name": "local-llm", "provider": "openai_compatible", "model": "local-model",
                             "base_url": standin, "api_key_env": "LOCAL_LLM_KEY",
                             "card": "A local OpenAI-compatible server."})
+    for w in data["workers"]:
+        if w.get("sim"):
+            w["fallback"] = "local-llm"  # as in the default pool: a question no matrix holds still runs
     data["conductor"]["plan"] = {
         "workers": ["gemini-flash", "llama-70b", "local-llm"],
         "subtasks": ["Solve it.", "Solve it independently.", "Check the first draft and answer."],

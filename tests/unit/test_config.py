@@ -7,10 +7,31 @@ from testbed import DEFAULT_CONFIG, default_config_data
 def test_the_shipped_default_config_is_valid_and_needs_no_key(monkeypatch):
     monkeypatch.delenv("BATON_CONFIG", raising=False)
     config = load_config(DEFAULT_CONFIG)
-    assert config.providers == ["sim"]
+    assert config.providers == ["openai_compatible", "sim"]
     assert all(w.api_key_env is None for w in config.workers)
-    assert all(w.sim.dataset.is_file() for w in config.workers), "relative dataset paths resolve from the file"
+    sims = [w for w in config.workers if w.provider == "sim"]
+    assert all(w.sim.dataset.is_file() for w in sims), "relative dataset paths resolve from the file"
+    # One real model, started by the launcher, takes every question the sim matrices do not hold.
+    (local,) = [w for w in config.workers if w.local_server is not None]
+    assert local.provider == "openai_compatible" and local.base_url.startswith("http://127.0.0.1:")
+    assert all(w.fallback == local.name for w in sims)
+    assert "local" in local.card and "cannot answer" in local.card
     assert config.reward_logger.eval_sets["mmlu_pro"].path.is_file(), "so do the evaluation sets"
+
+
+def test_a_local_server_is_only_for_an_openai_compatible_worker(write_config):
+    data = default_config_data()
+    data["workers"][0]["local_server"] = {"engine": "vllm"}
+    with pytest.raises(ConfigError, match="local_server"):
+        load_config(write_config(data=data))
+
+
+def test_the_test_default_drops_the_local_model_unless_asked(write_config):
+    without = load_config(write_config(data=default_config_data()))
+    assert without.providers == ["sim"] and all(w.fallback is None for w in without.workers)
+    served = load_config(write_config(data=default_config_data(local_model_port=5123)))
+    (local,) = [w for w in served.workers if w.local_server is not None]
+    assert local.base_url == "http://127.0.0.1:5123/v1"
 
 
 def test_a_bad_field_fails_naming_the_field(write_config):

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from baton_executor.providers.base import ProviderCall
+from baton_executor.providers.base import ProviderCall, ProviderError
 from baton_executor.sim import OutcomeMatrix, SimProvider
 from testbed import MMLU_PRO
 
@@ -41,10 +41,16 @@ def test_two_models_differ_where_the_matrix_says_so(matrix):
     assert asyncio.run(strong.complete(call, query=r["prompt"])).text != asyncio.run(weak.complete(call, query=r["prompt"])).text
 
 
-def test_unknown_questions_and_models_are_reported_honestly(matrix):
+def test_an_unknown_question_fails_the_step_for_the_fallback_to_take(matrix):
     sim = SimProvider(matrix, "gemini-1.5-pro-002", 0)
-    reply = asyncio.run(sim.complete(ProviderCall(model="m", messages=[]), query="never asked"))
-    assert "not in the sim provider's outcome matrix" in reply.text
+    with pytest.raises(ProviderError) as failed:
+        asyncio.run(sim.complete(ProviderCall(model="m", messages=[]), query="What is the capital of France?"))
+    # Retrying cannot help (the matrix does not change): the step goes straight to the worker's fallback.
+    assert failed.value.retryable is False
+    assert "not in the outcome matrix of 'gemini-1.5-pro-002'" in failed.value.reason
+
+
+def test_an_unknown_model_is_refused_at_start(matrix):
     with pytest.raises(ValueError, match="not in the matrix"):
         SimProvider(matrix, "gpt-7", 0)
 

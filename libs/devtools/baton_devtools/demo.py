@@ -1,5 +1,6 @@
 """`make demo`: real questions through the gateway with the official OpenAI client, each answer shown
-with the workflow that produced it."""
+with the workflow that produced it: MMLU-Pro questions, which the sim workers answer as their models
+did, and free questions, which only a real model (the local one, by fallback) can answer."""
 
 from __future__ import annotations
 
@@ -15,23 +16,31 @@ import openai
 from baton_platform.config import BatonConfig
 
 
-def demo_questions(config: BatonConfig, count: int) -> list[dict[str, str]]:
-    """Questions spread over the first sim worker's matrix (with reference answers when it has them)."""
+FREE_QUESTIONS = ("What is the capital of France?", "Name the largest planet of the solar system.",
+                  "What is 17 * 23?")
+
+
+def demo_questions(config: BatonConfig, count: int, free: int = 2) -> list[dict[str, str]]:
+    """Questions spread over the first sim worker's matrix (with reference answers when it has them),
+    then `free` questions no matrix holds when the sim workers can hand those on: each has a
+    `fallback` that is not a sim (a step on a sim worker without one would fail the request).
+    Without sim workers, free questions only."""
     sims = [w for w in config.workers if w.sim is not None]
+    answers_anything = all(w.fallback and config.worker(w.fallback).sim is None for w in sims)
     if not sims:
-        return [{"prompt": q, "answer": ""} for q in (
-            "What is 17 * 23?", "Name the largest planet of the solar system.", "What is the capital of Australia?",
-        )][:count]
+        return [{"prompt": q, "answer": "", "topic": "free question"} for q in FREE_QUESTIONS][:count]
     dataset = Path(sims[0].sim.dataset)
     # The reward logger grades a question when the config has the matrix as an evaluation set.
     eval_set = next((name for name, s in config.reward_logger.eval_sets.items() if s.path == dataset), None)
     csv.field_size_limit(sys.maxsize)
     with dataset.open(newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
-    stride = max(1, len(rows) // count)
-    return [{"prompt": r["prompt"], "answer": r.get("answer", ""), "topic": r.get("eval_name", ""),
-             "eval": f"{eval_set}:{r['sample_id']}" if eval_set and r.get("sample_id") else ""}
-            for r in rows[::stride][:count]]
+    free = min(free, count - 1, len(FREE_QUESTIONS)) if answers_anything else 0
+    stride = max(1, len(rows) // (count - free))
+    matrix = [{"prompt": r["prompt"], "answer": r.get("answer", ""), "topic": r.get("eval_name", ""),
+               "eval": f"{eval_set}:{r['sample_id']}" if eval_set and r.get("sample_id") else ""}
+              for r in rows[::stride][:count - free]]
+    return matrix + [{"prompt": q, "answer": "", "topic": "free question"} for q in FREE_QUESTIONS[:free]]
 
 
 def _letter(text: str) -> str:
@@ -56,6 +65,9 @@ def describe(info: dict) -> list[str]:
     for s in info["steps"]:
         lines.append(f"    step {s['step'] + 1}: {s['worker']:<14} {s['model']:<30} tokens {s['input_tokens']:>4} in / "
                      f"{s['output_tokens']:>4} out   ${s['cost_usd']:.6f}   {s['latency_ms']:.0f} ms")
+        planned = plan["steps"][s["step"]]["worker"] if s["step"] < len(plan["steps"]) else s["worker"]
+        if s.get("attempt", 1) > 1 and planned != s["worker"]:
+            lines.append(f"      fallback: {planned} failed this step, {s['worker']} took it")
         if "inner_plan" in s:
             inner = _plan_lines(s["inner_plan"], "        ")
             lines += ["      the conductor corrected it with:", *inner] if inner else ["      the conductor kept the answer"]
@@ -66,8 +78,9 @@ def describe(info: dict) -> list[str]:
 
 def run_demo(base_url: str, config: BatonConfig, count: int = 8, api_key: str = "none", out=print) -> dict:
     # Questions name their evaluation items (metadata baton_eval): against a gateway with `auth: keys`,
-    # api_key needs the `eval` scope as well as `chat`.
-    client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=120)
+    # api_key needs the `eval` scope as well as `chat`. A local CPU model may take a while on a busy
+    # machine; the gateway's own timeout still applies.
+    client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=600)
     models = [m.id for m in client.models.list().data]
     out(f"gateway {base_url} serves models: {', '.join(models)}\n")
     questions = demo_questions(config, count)
@@ -97,8 +110,9 @@ def run_demo(base_url: str, config: BatonConfig, count: int = 8, api_key: str = 
         mark = ("right" if ok else f"wrong, reference {q['answer']}") if q["answer"] else "no reference"
         out(f"    answer: {answer}   ({mark}; {elapsed * 1000:.0f} ms end to end)\n")
     n = len(results)
-    summary = {"questions": n, "right": right, "cost_usd": cost, "calls": calls,
+    graded = sum(1 for q in questions if q["answer"])
+    summary = {"questions": n, "graded": graded, "right": right, "cost_usd": cost, "calls": calls,
                "p50_ms": sorted(latencies)[n // 2] * 1000}
-    out(f"summary: {right}/{n} right, {calls / n:.1f} calls per question, ${cost:.6f} in all, "
-        f"median latency {summary['p50_ms']:.0f} ms")
+    out(f"summary: {right}/{graded} with a reference right ({n - graded} free questions), "
+        f"{calls / n:.1f} calls per question, ${cost:.6f} in all, median latency {summary['p50_ms']:.0f} ms")
     return summary

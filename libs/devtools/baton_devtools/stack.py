@@ -1,4 +1,5 @@
-"""Run the whole suite on one machine: Kafka plus every service as its own process.
+"""Run the whole suite on one machine: Kafka plus every service as its own process, plus a local
+model server for each worker that has a `local_server` section (see `model_servers`).
 
 `make up` starts a detached stack and records it in `.baton/run/stack.json`; `make down` stops
 exactly what that file names. Tests and `make demo` use the same class in the foreground.
@@ -22,6 +23,7 @@ from baton_platform import topics
 from baton_platform.config import BatonConfig, load_config
 
 from baton_devtools import kafka as kafka_harness
+from baton_devtools import model_servers
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_CONFIG = REPO_ROOT / "config" / "baton.yaml"
@@ -46,10 +48,20 @@ class ServiceProc:
     args: list[str] = field(default_factory=list)
     pid: int | None = None
     log: str = ""
+    # A process that is not one of Baton's modules (a model server): its whole command line, the
+    # environment it needs beside ours, where it says it is ready, and how long it may take.
+    argv: list[str] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    ready_path: str = "/health/ready"
+    start_timeout_s: float | None = None
 
     @property
     def ready_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/health/ready"
+        return f"http://127.0.0.1:{self.port}{self.ready_path}"
+
+    @property
+    def command(self) -> list[str]:
+        return self.argv or [sys.executable, "-m", self.module, *self.args]
 
 
 def plan_services(config: BatonConfig, gateway_port: int, pick_port=free_port) -> list[ServiceProc]:
@@ -66,6 +78,27 @@ def plan_services(config: BatonConfig, gateway_port: int, pick_port=free_port) -
             port = pick_port()
             procs.append(ServiceProc(f"executor-{provider}-{i}", "baton_executor.main", port,
                                      ["--provider", provider, "--port", str(port)]))
+    return procs
+
+
+def plan_model_servers(config: BatonConfig, echo=print) -> list[ServiceProc]:
+    """One vLLM server per worker with a `local_server` section; installs vLLM on first use."""
+    served = model_servers.served_workers(config)
+    if not served:
+        return []
+    for w in served:
+        _, port = model_servers.listen_address(w)
+        if model_servers.port_in_use(port):
+            raise RuntimeError(f"worker {w.name!r}: port {port} of its base_url {w.base_url} is already in use "
+                               f"(another model server, or a stack still up: `make down`)")
+    echo("setting up the local model server (vLLM, CPU build; cached after the first time)...")
+    install = model_servers.ensure_vllm(echo)
+    procs = []
+    for w in served:
+        argv, env = model_servers.vllm_command(w, install)
+        _, port = model_servers.listen_address(w)
+        procs.append(ServiceProc(f"model-{w.name}", "vllm", port, argv=argv, env=env, ready_path="/health",
+                                 start_timeout_s=w.local_server.start_timeout_s))
     return procs
 
 
@@ -98,6 +131,14 @@ class Stack:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "logs").mkdir(exist_ok=True)
         try:
+            # Model servers first: they take longest to be ready (importing vLLM alone takes a minute).
+            self.services = plan_model_servers(self.config, echo)
+            for svc in self.services:
+                self._spawn(svc, detach)
+            if self.services:
+                echo(f"starting {', '.join(s.name for s in self.services)} (vLLM: minutes on a busy "
+                     "machine)...")
+                self._write_state()
             if self.bootstrap_servers is None:
                 echo("starting Kafka (KRaft, single node)...")
                 self.kafka = kafka_harness.LocalKafka(data_dir=self.run_dir / "kafka", log_file=self.run_dir / "logs" / "kafka.log")
@@ -105,11 +146,12 @@ class Stack:
                 self.bootstrap_servers = self.kafka.bootstrap_servers
             counts, configs = topics.topic_plan(self.config.kafka.partitions, self.config.providers)
             kafka_harness.create_topics(self.bootstrap_servers, counts, config=configs)
-            self.services = plan_services(self.config, self.gateway_port)
-            for svc in self.services:
+            services = plan_services(self.config, self.gateway_port)
+            self.services += services
+            for svc in services:
                 self._spawn(svc, detach)
             self._write_state()
-            echo(f"starting {len(self.services)} services...")
+            echo(f"starting {len(services)} services...")
             self._wait_ready(timeout)
         except BaseException:
             self.stop()
@@ -118,6 +160,8 @@ class Stack:
 
     def _env(self, svc: ServiceProc) -> dict[str, str]:
         env = {**os.environ, **self.extra_env}
+        if svc.argv:
+            return {**env, **svc.env, "PYTHONUNBUFFERED": "1"}
         env.update({
             "BATON_CONFIG": str(self.config_file),
             "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers or "",
@@ -135,7 +179,7 @@ class Stack:
         log_path = self.run_dir / "logs" / f"{svc.name}.log"
         svc.log = str(log_path)
         with open(log_path, "ab") as log:
-            proc = subprocess.Popen([sys.executable, "-m", svc.module, *svc.args], env=self._env(svc),
+            proc = subprocess.Popen(svc.command, env=self._env(svc),
                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, cwd=self.run_dir)
         svc.pid = proc.pid
@@ -143,7 +187,7 @@ class Stack:
             self._children.append(proc)
 
     def _wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
         waiting = list(self.services)
         while waiting:
             for svc in list(waiting):
@@ -151,9 +195,9 @@ class Stack:
                     raise RuntimeError(f"{svc.name} exited during start; its log ({svc.log}) ends:\n{_tail(svc.log)}")
                 if _http_ok(svc.ready_url):
                     waiting.remove(svc)
-            if time.monotonic() > deadline:
-                names = ", ".join(s.name for s in waiting)
-                raise TimeoutError(f"not ready after {timeout:g} s: {names}; logs in {self.run_dir / 'logs'}")
+                elif time.monotonic() - started > max(timeout, svc.start_timeout_s or 0):
+                    raise TimeoutError(f"not ready after {time.monotonic() - started:.0f} s: {svc.name}; "
+                                       f"its log ({svc.log}) ends:\n{_tail(svc.log, 10)}")
             time.sleep(0.3)
 
     def _write_state(self) -> None:
@@ -191,14 +235,21 @@ class Stack:
 
 
 def stop_services(pids: list[int], timeout: float = 20) -> None:
-    """SIGTERM each service's process group, then SIGKILL what is still there."""
+    """SIGTERM each service's process group, then SIGKILL what is still there.
+
+    Each service leads its own group (started in a new session). A group outlives its leader while
+    any child is left (vLLM's engine and worker processes), so the group is what is waited on."""
     for pid in pids:
         _signal_group(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
+        for pid in pids:
+            _reap(pid)
+        if not any(_group_alive(p) for p in pids):
+            break
         time.sleep(0.1)
     for pid in pids:
-        if _alive(pid):
+        if _group_alive(pid):
             _signal_group(pid, signal.SIGKILL)
     for pid in pids:
         _reap(pid)
@@ -222,6 +273,36 @@ def _signal_group(pid: int, sig: int) -> None:
         os.killpg(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether any process of the group is left, zombies aside (a dead child nobody reaps yet)."""
+    if _alive(pgid):
+        return True
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return any(_state(p) not in ("Z", "") for p in _group_members(pgid))
+
+
+def _group_members(pgid: int) -> list[int]:
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.getpgid(int(entry.name)) == pgid:
+                    members.append(int(entry.name))
+            except (ProcessLookupError, PermissionError):
+                pass
+    return members
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
 
 
 def _reap(pid: int) -> None:

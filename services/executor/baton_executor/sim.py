@@ -4,7 +4,9 @@ The matrix (RouterBench CSV layout: `prompt`, one score column per model, option
 and `<model>|output_chars`) records how real models did on real questions. Asked a question it
 knows, a sim worker answers as its model did: that model's recorded answer when there is one, else
 the reference answer when the model scored right and a refusal to commit when it scored wrong. An
-unknown question gets an honest "not in the matrix" reply. Latency is configured, tokens estimated.
+unknown question fails the step (non-retryable: the matrix will not learn it), so that the worker's
+`fallback` can take it: the matrix records what its model did, and inventing an answer would be the
+sim's, not the model's. Latency is configured, tokens estimated.
 
 As a judge (a task with candidates), a sim worker judges as well as its model answered: it scores
 10 the answers that agree with what its model would have answered, 0 the others, and 5 all of them
@@ -70,7 +72,8 @@ class SimProvider:
         if candidates:
             text = self._judge(row, candidates)
         elif row is None:
-            text = "I cannot answer: this question is not in the sim provider's outcome matrix."
+            raise ProviderError(f"sim: this question is not in the outcome matrix of {self._model!r}, which answers "
+                                f"only the questions it records", retryable=False)
         elif row.answer:
             text = f"The answer is ({row.answer})."
         elif row.score >= 0.5 and row.reference:

@@ -1,0 +1,102 @@
+"""The default pool's real model: SmolLM2-135M-Instruct served by vLLM's CPU build, started and stopped
+with the stack, answers the questions the sim workers' matrix does not hold (their `fallback`).
+
+Needs the vLLM environment and the converted model (`make test` runs tools/vllm/setup.sh first; the
+launcher runs it too, so the test also works alone, after a long first install)."""
+
+from __future__ import annotations
+
+import csv
+import os
+import sys
+import time
+
+import openai
+import pyarrow.dataset as ds
+import pytest
+import yaml
+
+from baton_devtools.model_servers import port_in_use
+from baton_devtools.stack import Stack, free_port
+from testbed import MMLU_PRO, default_config_data
+
+pytestmark = [pytest.mark.e2e, pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(1500)]
+
+LOCAL = "smollm2"
+
+
+def episodes(root, count, timeout=60):
+    deadline = time.monotonic() + timeout
+    rows = []
+    while time.monotonic() < deadline:
+        if any(root.rglob("*.parquet")):
+            rows = ds.dataset(root, format="parquet", partitioning="hive").to_table(
+                columns=["request_id", "steps"]).to_pylist()
+            if len(rows) >= count:
+                break
+        time.sleep(0.5)
+    return rows
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.getpgid(int(entry)) == pgid and open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+                    return True
+            except (OSError, IndexError):
+                pass
+    return False
+
+
+def test_a_question_the_matrix_lacks_is_answered_by_the_real_model(kafka_bootstrap, tmp_path):
+    port = free_port()
+    data = default_config_data(local_model_port=port)
+    assert all(w.get("fallback") == LOCAL for w in data["workers"] if w.get("sim"))
+    # One step on a sim worker: the matrix question stays there, the free one falls back to the model.
+    data["conductor"]["plan"] = {"workers": ["gemini-flash"], "subtasks": ["Answer the question."], "access": [[]]}
+    data["kafka"] = {"partitions": 2, "session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
+    data["reward_logger"] = {"flush_interval_s": 0.5}
+    cfg = tmp_path / "baton.yaml"
+    cfg.write_text(yaml.safe_dump(data))
+    csv.field_size_limit(sys.maxsize)
+    with MMLU_PRO.open(newline="") as f:
+        known = next(csv.DictReader(f))
+
+    stack = Stack(tmp_path / "run", config_file=cfg, gateway_port=free_port(), bootstrap_servers=kafka_bootstrap)
+    started = time.monotonic()
+    stack.start(echo=lambda *_: None, timeout=300)  # stops whatever it started if it fails
+    try:
+        print(f"stack with the vLLM server ready in {time.monotonic() - started:.0f} s")
+        model_server = next(s for s in stack.services if s.name == f"model-{LOCAL}")
+        client = openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0, timeout=600)
+        free = client.chat.completions.create(model="baton", messages=[
+            {"role": "user", "content": "What is the capital of France?"}])
+        matrix = client.chat.completions.create(model="baton", messages=[{"role": "user", "content": known["prompt"]}])
+        rows = episodes(stack.dataset_dir / "episodes", 2)
+    finally:
+        stack.stop()
+
+    answer = free.choices[0].message.content
+    info = free.model_extra["baton"]
+    print("answer:", answer, "| steps:", info["steps"])
+    # The plan named the sim worker; the step ran, on its second attempt, on the real model.
+    assert info["plan"]["steps"][0]["worker"] == "gemini-flash"
+    (step,) = info["steps"]
+    assert (step["worker"], step["attempt"], step["model"]) == (LOCAL, 2, "smollm2-135m-instruct")
+    assert step["output_tokens"] > 0 and "error" not in step
+    assert "Paris" in answer and "cannot answer" not in answer
+    # A question the matrix holds is still the sim worker's, first time.
+    (sim_step,) = matrix.model_extra["baton"]["steps"]
+    assert (sim_step["worker"], sim_step["attempt"]) == ("gemini-flash", 1)
+    # The episode records who answered.
+    by_id = {r["request_id"]: r for r in rows}
+    recorded = by_id[info["request_id"]]["steps"][0]
+    assert (recorded["worker"], recorded["attempt"]) == (LOCAL, 2)
+    # Stopping the stack stopped the model server and every process it started.
+    assert not group_alive(model_server.pid)
+    assert not port_in_use(port)
