@@ -35,6 +35,10 @@ class OffsetTracker:
         if pending is not None:
             pending.discard(offset)
 
+    def holds(self, tp: TopicPartition, offset: int) -> bool:
+        """Whether the record is begun and not finished (False once its partition is forgotten)."""
+        return offset in self._pending.get(tp, ())
+
     def pending(self, tp: TopicPartition) -> int:
         return len(self._pending.get(tp, ()))
 
