@@ -4,7 +4,8 @@
   started, so the next record is read. When the worker's concurrency slots are full the handler
   waits, and so the consumer stops fetching: memory stays bounded under any backlog.
 - Commits: a partition is committed only up to its oldest unfinished task.
-- Limits: the replica's share of each limit follows its share of the topic's partitions.
+- Limits: the replica's share of each limit follows its share of the topic's partitions, and lends
+  and borrows spare share with the other replicas over `baton.limits.<provider>` (see limits.py).
 - Recovery: when partitions are assigned (a start, a rebalance, a replica that died), the tasks
   past the committed offset may include some whose results were already published. Before running
   any of them the replica reads the results written since the oldest such task, and skips those
@@ -37,6 +38,7 @@ from baton_platform.service import Service
 from baton_executor.calls import StepRunner
 from baton_executor.deltas import DeltaBatcher
 from baton_executor.limits import WorkerLimits
+from baton_executor.sharing import ShareExchange
 from baton_executor.metrics import ExecutorMetrics
 
 log = logging.getLogger(__name__)
@@ -83,6 +85,9 @@ class TaskConsumer(ConsumerRebalanceListener):
         self._recovered = asyncio.Event()
         self._recovered.set()
         metrics.lag.labels(provider, self.topic).set_function(self._lag)
+        self.exchange = ShareExchange(service, provider, limits, backlog=lambda: int(self._lag()),
+                                      in_flight=lambda: len(self.running),
+                                      on_share=metrics.share.labels(provider).set)
 
     def register(self) -> None:
         self.subscriber = self.service.broker.subscriber(
@@ -227,12 +232,10 @@ class TaskConsumer(ConsumerRebalanceListener):
     async def _on_assigned(self, assigned) -> None:
         consumer = self.subscriber.consumer if self.subscriber is not None else None
         total = len(consumer.partitions_for_topic(self.topic) or ()) if consumer is not None else 0
-        mine = sum(1 for tp in assigned if tp.topic == self.topic)
-        share = mine / total if total else 0.0
-        for limits in self.limits.values():
-            await limits.set_share(share)
-        self.metrics.share.labels(self.provider).set(share)
-        log.info("assigned %d of %d partitions of %s: share %.3f of each limit", mine, total, self.topic, share)
+        mine = {tp.partition for tp in assigned if tp.topic == self.topic}
+        await self.exchange.assigned(mine, total)
+        log.info("assigned %d of %d partitions of %s: base share %.3f of each limit", len(mine), total, self.topic,
+                 len(mine) / total if total else 0.0)
         if assigned:
             try:
                 await asyncio.wait_for(self._recover(list(assigned)), timeout=60)
