@@ -137,7 +137,7 @@ async def test_a_burst_uses_the_limit_though_replicas_backlogs_are_uneven(kafka_
     assert stats["rate_limited"] == 0, f"429s seen: {stats}"
     used = used_share(SERVED, LIMIT_PER_S)
     print(f"burst of {len(tasks)} over 3 replicas: the provider saw {used:.1%} of its limit; 429s: 0")
-    assert used >= 0.85, f"the burst used {used:.1%} of the limit"
+    assert used >= 0.88, f"the burst used {used:.1%} of the limit"  # 92-93% measured; 86% without lending
 
 
 SERVED: list[tuple[float, int]] = []
