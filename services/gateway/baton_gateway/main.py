@@ -126,8 +126,12 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
                 msg.budget.CopyFrom(budget_from(req.metadata or {}))
                 msg.stream = req.stream
                 waiter = replies.expect(request_id)
+                # The deadline runs from here, publish included: a broker that is slow to take the
+                # request (restarting, say) must not push the client's answer past it.
+                deadline = time.monotonic() + gw.request_timeout_s
                 try:
-                    await broker.publish(encode(msg), topics.REQUESTS, key=request_id.encode())
+                    await asyncio.wait_for(broker.publish(encode(msg), topics.REQUESTS, key=request_id.encode()),
+                                           max(0.0, deadline - time.monotonic()))
                 except Exception as e:  # noqa: BLE001 - the broker is unreachable: say so, keep nothing
                     replies.abandon(request_id)
                     raise ApiError(503, f"the request could not be queued ({type(e).__name__}); retry shortly",
@@ -136,7 +140,6 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
                 requests_total.labels(str(e.status)).inc()
                 span.set_attribute("http.response.status_code", e.status)
                 return JSONResponse(e.body(), status_code=e.status)
-            deadline = time.monotonic() + gw.request_timeout_s
             if req.stream:
                 return ClosingStreamingResponse(stream(req, request_id, waiter, deadline),
                                                 media_type="text/event-stream", headers={"x-baton-request-id": request_id})
