@@ -86,7 +86,6 @@ class TaskConsumer(ConsumerRebalanceListener):
         self._recovered.set()
         metrics.lag.labels(provider, self.topic).set_function(self._lag)
         self.exchange = ShareExchange(service, provider, limits, backlog=lambda: int(self._lag()),
-                                      in_flight=lambda: len(self.running),
                                       on_share=metrics.share.labels(provider).set)
 
     def register(self) -> None:

@@ -4,8 +4,9 @@ Every replica publishes a small report (its partitions of the tasks topic, wheth
 backlog, its calls in flight) to `baton.limits.<provider>`, a one-partition compacted topic keyed by
 replica, every `INTERVAL_S` and at once when it becomes busy or its partitions change; it reads the
 whole topic, keeps the newest report per replica, and re-applies its allocation to every worker's
-limits after each report. With no table (the topic missing, the broker away for long), a replica
-keeps its share of the partitions, which is safe at any replica count.
+limits after each report. With no table (the topic missing, the broker away for long, or not yet
+read to its end), a replica keeps its share of the partitions, which is safe at any replica count.
+Reports carry the sender's wall clock: replicas' clocks must agree to well within `TTL_S` (NTP).
 """
 
 from __future__ import annotations
@@ -32,15 +33,18 @@ INTERVAL_S = 0.25
 
 class ShareExchange:
     def __init__(self, service, provider: str, limits: dict[str, WorkerLimits], backlog: Callable[[], int],
-                 in_flight: Callable[[], int], on_share: Callable[[float], None] = lambda s: None) -> None:
+                 on_share: Callable[[float], None] = lambda s: None) -> None:
         self.service = service
         self.topic = topics.limits_topic(provider)
         self.limits = limits
         self.member = uuid.uuid4().hex
         self._backlog = backlog
-        self._in_flight = in_flight
         self._on_share = on_share
-        self.table: dict[str, Member] = {}
+        # The newest report of every other replica, trusted only once the topic has been read to
+        # its end since this replica (re)started reading it: a half-read table looks like fewer
+        # replicas, and would hand this one more than its share.
+        self.table: dict[str, dict] = {}
+        self.synced = False
         self.partitions: set[int] = set()
         self.total_partitions = 0
         self._busy_since = 0.0
@@ -60,18 +64,25 @@ class ShareExchange:
         self._on_share(share)
         self._wake.set()
 
-    def report(self, now: float) -> Member:
+    def report(self, now: float) -> dict:
         busy = self._backlog() > 0
         if busy and not self._busy_since:
             self._busy_since = now
             self._wake.set()
         elif not busy:
             self._busy_since = 0.0
-        return Member(self.member, len(self.partitions), busy, self._busy_since, self._in_flight(), now)
+        # Calls in flight per worker: each worker has its own concurrency limit.
+        return {"member": self.member, "partitions": len(self.partitions), "busy": busy,
+                "busy_since": self._busy_since, "in_flight": {k: v.slots.used for k, v in self.limits.items()},
+                "at": now}
 
-    async def apply(self, now: float) -> None:
-        members = [m for k, m in self.table.items() if k != self.member] + [self.report(now)]
-        for lim in self.limits.values():
+    async def apply(self, now: float, mine: dict) -> None:
+        if not self.synced:
+            return  # keep the base share until the whole table is known
+        reports = [d for k, d in self.table.items() if k != self.member] + [mine]
+        for name, lim in self.limits.items():
+            members = [Member(d["member"], d["partitions"], d["busy"], d["busy_since"], d["in_flight"].get(name, 0),
+                              d["at"]) for d in reports]
             a: Allocation | None = allocate(self.member, members, lim.concurrency, now)
             if a is None:
                 continue  # this replica owns no partitions, or the table is not read yet: keep the base share
@@ -97,12 +108,10 @@ class ShareExchange:
     async def _publish_loop(self) -> None:
         while True:
             now = time.time()
-            m = self.report(now)
-            body = {"member": m.member, "partitions": m.partitions, "busy": m.busy, "busy_since": m.busy_since,
-                    "in_flight": m.in_flight, "at": m.at}
+            mine = self.report(now)
             try:
-                await self.service.broker.publish(json.dumps(body).encode(), self.topic, key=self.member.encode())
-                await self.apply(now)
+                await self.service.broker.publish(json.dumps(mine).encode(), self.topic, key=self.member.encode())
+                await self.apply(now, mine)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001 - the base share stays in force; try again next tick
@@ -119,6 +128,7 @@ class ShareExchange:
                 raise
             except Exception as e:  # noqa: BLE001 - a broker restart: read the table again
                 log.warning("limits table unreadable (%s); retrying", e)
+                self.synced = False
                 self.table.clear()
                 await asyncio.sleep(1.0)
 
@@ -130,11 +140,15 @@ class ShareExchange:
             tp = TopicPartition(self.topic, 0)
             consumer.assign([tp])
             await consumer.seek_to_beginning(tp)
+            end = (await consumer.end_offsets([tp]))[tp]
             while True:
                 batch = await consumer.getmany(tp, timeout_ms=500)
                 for r in batch.get(tp, []):
                     self._take(r.value)
+                if not self.synced and await consumer.position(tp) >= end:
+                    self.synced = True
         finally:
+            self.synced = False
             await consumer.stop()
 
     def _take(self, value: bytes | None) -> None:
@@ -143,7 +157,9 @@ class ShareExchange:
             if d.get("left"):
                 self.table.pop(d["member"], None)
                 return
-            self.table[d["member"]] = Member(d["member"], int(d["partitions"]), bool(d["busy"]),
-                                             float(d["busy_since"]), int(d["in_flight"]), float(d["at"]))
-        except (ValueError, KeyError, TypeError):
+            self.table[d["member"]] = {"member": str(d["member"]), "partitions": int(d["partitions"]),
+                                       "busy": bool(d["busy"]), "busy_since": float(d["busy_since"]),
+                                       "in_flight": {str(k): int(v) for k, v in dict(d["in_flight"]).items()},
+                                       "at": float(d["at"])}
+        except (ValueError, KeyError, TypeError, AttributeError):
             log.debug("ignoring a malformed limits report")
