@@ -106,6 +106,8 @@ class Load:
         except openai.APIConnectionError as e:
             refused = isinstance(e.__cause__, httpx.ConnectError)
             call.outcome, call.reason = ("refused", "connect refused") if refused else ("dropped", "connection dropped")
+            if not refused:
+                call.phase = self.phase  # sent just before the fault that dropped it: count it there
         except openai.APIStatusError as e:
             code = (e.body or {}).get("code") if isinstance(e.body, dict) else None
             call.outcome, call.reason = "error", f"{e.status_code} {code or ''}".strip()
@@ -292,14 +294,14 @@ async def _wait_unstalled(bootstrap: str, timeout: float) -> list[str]:
 
 def print_table(calls: list[Call], rows: Counter, recovery: dict, rerun: list[str]) -> None:
     phases = ["warm-up", *FAULTS, "after"]
-    print("\nfault            sent answered errored (reasons)                          dup.episodes recover")
+    print("\nfault            sent answered errored (reasons)                                      dup.episodes recover")
     for phase in phases:
         mine = [c for c in calls if c.phase == phase]
         reasons = Counter(c.reason for c in mine if c.outcome != "answer")
         dups = sum(1 for c in mine if rows.get(c.cid, 0) > 1)
         rec = recovery.get(phase)
         print(f"{phase:<16} {len(mine):>4} {sum(c.outcome == 'answer' for c in mine):>8} "
-              f"{sum(c.outcome != 'answer' for c in mine):>7} {dict(reasons)!s:<40} {dups:>12} "
+              f"{sum(c.outcome != 'answer' for c in mine):>7} {dict(reasons)!s:<52} {dups:>12} "
               f"{'-' if phase not in recovery else (f'{rec:.1f} s' if rec is not None else 'never'):>7}")
     dropped = [c for c in calls if c.outcome == "dropped"]
     print(f"connection dropped: {len(dropped)}, of which logged as episodes: {sum(1 for c in dropped if c.cid in rows)}; "
