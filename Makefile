@@ -9,7 +9,7 @@ PY := .venv/bin/python
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: help install proto kafka helm vllm test test-fast demo train-demo up down bench images clean
+.PHONY: help install proto kafka helm vllm test test-fast chaos demo train-demo up down bench images clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  %-12s %s\n", $$1, $$2}'
@@ -41,6 +41,9 @@ test: install kafka helm vllm ## The whole suite: unit, component, integration, 
 
 test-fast: install ## Unit and component tests only (no broker)
 	$(PY) -m pytest -m "not kafka and not e2e" $(PYTEST_ARGS)
+
+chaos: install kafka ## Kill -9 and restart each service, then the broker, under load; print a table per fault (~2-4 min; also in `make test`)
+	$(PY) -m pytest tests/e2e/test_chaos.py -s $(PYTEST_ARGS)
 
 bench: install kafka ## Benchmarks: overhead vs LiteLLM, throughput, provider limits (BENCH_ARGS=--quick: ~3 min)
 	$(PY) bench/run.py $(BENCH_ARGS)

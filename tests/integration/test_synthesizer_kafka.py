@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from aiokafka import AIOKafkaProducer
 from baton.v1 import common_pb2, requests_pb2, responses_pb2, tasks_pb2, workflow_pb2
 from faststream import TestApp
 
@@ -135,3 +136,25 @@ async def test_a_restart_while_the_judge_scores_resends_the_judge_task_and_answe
             rates = await feedback.wait(lambda r: True, count=2)
     assert responses_pb2.Response.FromString(resp.value).answer == "answer 1"
     assert sorted(r.key for r in rates) == sorted([gid.encode(), f"{gid}.1".encode()])
+
+
+async def test_a_workflow_answered_just_before_a_crash_is_not_answered_again(kafka_bootstrap, write_config):
+    await ensure_topics(kafka_bootstrap)
+    config = config_for(write_config, kafka_bootstrap)
+    rid = uuid.uuid4().hex
+    async with Tap(kafka_bootstrap, topics.RESPONSES) as responses:
+        # The last owner published the answer, then died before committing: the partition still
+        # holds the whole workflow past its committed offset, and baton.responses holds its answer.
+        await publish(kafka_bootstrap, topics.WORKFLOW, rid, planned_event(rid))
+        await publish(kafka_bootstrap, topics.WORKFLOW, rid, completed(rid, 0, "DRAFT"))
+        await publish(kafka_bootstrap, topics.WORKFLOW, rid, completed(rid, 1, "FINAL"))
+        answer = responses_pb2.Response(request_id=rid, answer="FINAL")
+        producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
+        await producer.start()
+        try:
+            await producer.send_and_wait(topics.RESPONSES, answer.SerializeToString(), key=rid.encode(), partition=2)
+        finally:
+            await producer.stop()
+        async with TestApp(create_app(config, tracer_provider=tracer())):
+            again = await responses.wait(lambda r: r.key == rid.encode(), count=2, timeout=8)
+    assert len(again) == 1, "the workflow was answered once, before the crash"

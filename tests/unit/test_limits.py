@@ -1,6 +1,6 @@
 import asyncio
 
-from baton_executor.limits import Pacer, Slots, WorkerLimits, estimate_tokens
+from baton_executor.limits import Member, Pacer, Slots, WorkerLimits, allocate, estimate_tokens, partition_slots
 
 
 class Clock:
@@ -41,10 +41,10 @@ def test_a_pause_holds_every_call():
 
 def test_token_corrections_move_later_calls():
     clock = Clock()
-    p = Pacer(100.0, clock)
-    p.try_take(100)  # estimated 100 tokens: one second of budget
+    p = Pacer(100.0, clock, credit_s=1.0)
+    assert p.try_take(100) == 0  # estimated 100 tokens: the second of credit, charged before the call
     p.correct(100)  # they were 200
-    assert round(p.try_take(1), 9) == 2.0
+    assert 1.0 <= p.try_take(1) <= 1.02, "the extra 100 tokens push the next call a second"
 
 
 async def test_admission_follows_the_rate_in_real_time():
@@ -83,3 +83,105 @@ async def test_slots_release_wakes_a_waiter():
 
 def test_estimates_count_prompt_and_answer_budget():
     assert estimate_tokens([{"role": "user", "content": "x" * 400}], 50) == 100 + 4 + 50
+
+
+async def test_concurrency_shares_never_add_up_to_more_than_the_limit():
+    for concurrency, replicas in ((8, 3), (1, 4), (5, 2), (7, 3)):
+        sizes = []
+        for _ in range(replicas):
+            w = WorkerLimits(rpm=None, tpm=None, concurrency=concurrency, headroom=1.0)
+            await w.set_share(1 / replicas)
+            sizes.append(w.slots.size)
+        assert sum(sizes) <= concurrency, (concurrency, replicas, sizes)
+
+
+def test_partition_slots_add_up_to_the_limit_for_any_split():
+    for concurrency, partitions in ((8, 8), (1, 8), (3, 8), (64, 8), (10, 3)):
+        for split in ([set(range(partitions))], [{0, 1, 2}, set(range(3, partitions))],
+                      [{p} for p in range(partitions)]):
+            assert sum(partition_slots(concurrency, partitions, s) for s in split) == concurrency
+
+
+def member(name, partitions, busy=False, in_flight=0, at=1000.0, busy_since=0.0):
+    return Member(name, partitions, busy, busy_since, in_flight, at)
+
+
+def test_allocation_splits_slots_exactly_and_gives_every_replica_a_turn_when_there_are_too_few():
+    table = [member("a", 3), member("b", 3), member("c", 2)]
+    assert sum(allocate(m.member, table, 8, 1000.0).slots for m in table) == 8
+    holders = set()
+    for t in range(0, 200, 5):
+        now = 1000.0 + t
+        live = [member(m.member, m.partitions, at=now) for m in table]
+        slots = {m.member: allocate(m.member, live, 1, now).slots for m in live}
+        assert sum(slots.values()) == 1, "one call at a time over all replicas, never more"
+        holders |= {k for k, v in slots.items() if v}
+    assert holders == {"a", "b", "c"}, "each replica's tasks get a turn"
+
+
+def test_a_slot_is_not_used_while_the_others_still_fill_the_limit():
+    table = [member("a", 4, in_flight=1), member("b", 4)]
+    # Whatever the turn says, b may not start a call while a still runs the only one allowed.
+    assert allocate("b", table, 1, 1000.0).slots == 0
+
+
+def test_idle_replicas_lend_their_share_to_busy_ones_after_the_grace():
+    now = 1000.0
+    table = [member("a", 3, busy=True, busy_since=now - 5), member("b", 3), member("c", 2)]
+    a = allocate("a", table, 8, now)
+    assert a.share > 0.9, a
+    assert sum(allocate(m.member, table, 8, now).share for m in table) <= 1.0 + 1e-9
+    # b just became busy: it takes its share only after the others have seen its report.
+    table[1] = member("b", 3, busy=True, busy_since=now - 0.1)
+    assert allocate("b", table, 8, now).share < 0.1
+    assert 0.49 < allocate("b", table, 8, now + 1).share < 0.51
+    assert 0.49 < allocate("a", table, 8, now).share < 0.51, "a gives b its half as soon as it reads b's report"
+
+
+def test_a_replica_unknown_to_the_table_or_gone_falls_back_or_is_ignored():
+    assert allocate("x", [member("a", 8)], 8, 1000.0) is None
+    table = [member("a", 4), member("b", 4, at=900.0)]  # b stopped reporting long ago
+    assert allocate("a", table, 8, 1000.0).share == 1.0
+
+
+def test_a_zero_share_holds_calls_instead_of_letting_them_all_go():
+    clock = Clock()
+    p = Pacer(0.0, clock)
+    assert p.try_take() > 0 and p.try_take() > 0, "a rate of 0 is no budget, not no limit"
+
+
+async def test_a_replica_with_no_share_waits_for_one():
+    w = WorkerLimits(rpm=600, tpm=None, concurrency=8, headroom=1.0)
+    await w.set_share(0.0)
+    admitted = asyncio.create_task(w.admit(10))
+    await asyncio.sleep(0.3)
+    assert not admitted.done(), "no share, no calls"
+    await w.set_share(1.0)
+    await asyncio.wait_for(admitted, 2)
+
+
+def test_an_oversized_call_waits_for_its_tokens_before_it_goes():
+    clock = Clock()
+    w = WorkerLimits(rpm=None, tpm=6000, concurrency=8, headroom=1.0, clock=clock)
+    asyncio.run(w.set_share(1.0))  # 100 tokens per second
+    assert w.tokens.try_take(100) == 0  # the budget is spent up to now
+    wait = w.tokens.try_take(1000)
+    assert 9.5 < wait < 10.5, f"1000 tokens at 100/s are earned before the call, not after: {wait}"
+    clock.t += wait
+    assert w.tokens.try_take(1000) == 0
+    assert w.tokens.try_take(50) > 0, "and the next call waits behind it"
+
+
+def test_replicas_turning_busy_together_keep_their_partition_shares_meanwhile():
+    now = 1000.0
+    table = [member(k, p, busy=True, busy_since=now - 0.1) for k, p in (("a", 3), ("b", 3), ("c", 2))]
+    shares = [allocate(m.member, table, 8, now).share for m in table]
+    assert [round(s, 3) for s in shares] == [0.375, 0.375, 0.25]
+
+
+def test_charges_made_at_a_small_rate_are_repaid_at_the_new_one():
+    clock = Clock()
+    p = Pacer(0.1, clock)
+    assert p.try_take() == 0
+    p.set_rate(10.0)
+    assert p.try_take() <= 0.1 + 1e-9, "not ten seconds behind the call let through at the small rate"

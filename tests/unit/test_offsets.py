@@ -44,3 +44,30 @@ async def test_commit_sends_only_what_moved():
     await t.commit(c)
     await t.commit(c)
     assert c.commits == [{TP: 1}]
+
+
+async def test_a_commit_skipped_for_being_too_soon_is_made_when_the_interval_is_up():
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer
+
+    from baton_platform.offsets import CommitPacer
+
+    class Consumer(AIOKafkaConsumer):
+        def __init__(self):
+            self.commits = []
+
+        async def commit(self, offsets):
+            self.commits.append(dict(offsets))
+
+    t, consumer = OffsetTracker(), Consumer()
+    pacer = CommitPacer(t, interval_s=0.2)
+    t.begin(TP, 0)
+    t.finish(TP, 0)
+    await pacer.maybe_commit(consumer)
+    t.begin(TP, 1)
+    t.finish(TP, 1)
+    await pacer.maybe_commit(consumer)  # too soon after the first: skipped for now
+    assert consumer.commits == [{TP: 1}]
+    await asyncio.sleep(0.4)  # and no record comes after it
+    assert consumer.commits[-1] == {TP: 2}, "the last record is committed without waiting for another"

@@ -14,6 +14,7 @@ partition, and there is one baton.tasks.<provider> per provider in use.
 {{- range .Values.workers }}{{ $_ := set $providers .provider true }}{{ end -}}
 {{- range $p := keys $providers | sortAlpha -}}
 {{- $items = append $items (dict "name" (printf "baton.tasks.%s" $p) "partitions" $n "config" dict) -}}
+{{- $items = append $items (dict "name" (printf "baton.limits.%s" $p) "partitions" 1 "config" (dict "cleanup.policy" "compact" "segment.ms" "60000")) -}}
 {{- end -}}
 {{- toJson (dict "items" $items) -}}
 {{- end -}}

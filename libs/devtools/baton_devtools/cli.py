@@ -15,12 +15,30 @@ RUN_DIR = Path(os.environ.get("BATON_RUN_DIR") or REPO_ROOT / ".baton" / "run")
 
 
 def cmd_up(args) -> int:
+    if args.only:
+        return restart_one(args.only)
     if (RUN_DIR / "stack.json").exists():
         print(f"a stack is already running (see {RUN_DIR / 'stack.json'}); `make down` first", file=sys.stderr)
         return 1
     stack = Stack(RUN_DIR, config_file=config_path()).start(detach=True)
     print(f"Baton is up: OpenAI-compatible API at {stack.base_url} (model 'baton'); "
           f"Kafka at {stack.bootstrap_servers}; logs in {RUN_DIR / 'logs'}")
+    return 0
+
+
+def restart_one(name: str) -> int:
+    """Restart one service of the running stack (a crashed one, or one to reload), as `up` started it."""
+    try:
+        stack = Stack.attach(RUN_DIR)
+    except FileNotFoundError:
+        print("no stack is running; `baton up` first", file=sys.stderr)
+        return 1
+    try:
+        svc = stack.restart(name, detach=True)
+    except KeyError as e:
+        print(f"baton: {e.args[0]}", file=sys.stderr)
+        return 2
+    print(f"{name} restarted (pid {svc.pid}, port {svc.port}); log in {svc.log}")
     return 0
 
 
@@ -96,7 +114,10 @@ def cmd_keys(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="baton", description="Baton: LLM workflows over Kafka")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("up", help="start Kafka and every service in the background").set_defaults(fn=cmd_up)
+    p = sub.add_parser("up", help="start Kafka and every service in the background")
+    p.add_argument("--only", metavar="NAME", help="restart only this service of the running stack "
+                   "(a name from .baton/run/stack.json: gateway, router, synthesizer, reward-logger, executor-<provider>-<i>)")
+    p.set_defaults(fn=cmd_up)
     sub.add_parser("down", help="stop what `baton up` started").set_defaults(fn=cmd_down)
     p = sub.add_parser("demo", help="start everything, ask real questions, print answers and workflows, stop")
     p.add_argument("--questions", type=int, default=8)

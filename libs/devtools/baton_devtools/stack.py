@@ -203,7 +203,10 @@ class Stack:
     def _write_state(self) -> None:
         state = {
             "bootstrap_servers": self.bootstrap_servers,
-            "kafka_pidfile": str(self.kafka.pidfile) if self.kafka else None,
+            "kafka_pidfile": str(self.kafka.pidfile) if self.kafka else getattr(self, "_kafka_pidfile", None),
+            # What a restart of one service needs to start it as `up` did.
+            "config_file": str(self.config_file),
+            "dataset_dir": str(self.dataset_dir),
             "gateway_port": self.gateway_port,
             "services": [asdict(s) for s in self.services],
         }
@@ -224,14 +227,39 @@ class Stack:
         os.killpg(svc.pid, sig)
         return svc
 
-    def restart(self, name: str, timeout: float = 60) -> None:
-        svc = next(s for s in self.services if s.name == name)
-        self._spawn(svc, detach=False)
+    def restart(self, name: str, timeout: float = 60, detach: bool = False) -> ServiceProc:
+        """Start service `name` again (stopping it first if it still runs), same port and arguments,
+        and wait until it is ready. The state file, if there is one, records its new process."""
+        svc = next((s for s in self.services if s.name == name), None)
+        if svc is None:
+            raise KeyError(f"no service {name!r} in this stack; its services: {', '.join(s.name for s in self.services)}")
+        if _alive(svc.pid):
+            stop_services([svc.pid])
+        self._spawn(svc, detach=detach)
+        if self.state_file.exists():
+            self._write_state()
         deadline = time.monotonic() + timeout
         while not _http_ok(svc.ready_url):
+            if not _alive(svc.pid):
+                raise RuntimeError(f"{name} exited during restart; its log ({svc.log}) ends:\n{_tail(svc.log)}")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{name} not ready after restart")
             time.sleep(0.3)
+        return svc
+
+    @classmethod
+    def attach(cls, run_dir: Path) -> "Stack":
+        """The detached stack recorded in run_dir (by `baton up`), to restart one of its services."""
+        state_file = Path(run_dir) / "stack.json"
+        if not state_file.exists():
+            raise FileNotFoundError(f"no running stack recorded in {state_file}")
+        state = json.loads(state_file.read_text())
+        stack = cls(run_dir, config_file=Path(state["config_file"]) if state.get("config_file") else None,
+                    gateway_port=state["gateway_port"], bootstrap_servers=state["bootstrap_servers"],
+                    dataset_dir=Path(state["dataset_dir"]) if state.get("dataset_dir") else None)
+        stack.services = [ServiceProc(**s) for s in state["services"]]
+        stack._kafka_pidfile = state.get("kafka_pidfile")
+        return stack
 
 
 def stop_services(pids: list[int], timeout: float = 20) -> None:
@@ -325,7 +353,15 @@ def _alive(pid: int | None) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """A process that has exited but that its parent (not us) has not reaped yet."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _http_ok(url: str) -> bool:

@@ -7,6 +7,7 @@ FEEDBACK = "baton.feedback"
 POLICY = "baton.policy"
 DLQ = "baton.dlq"
 TASKS_PREFIX = "baton.tasks."
+LIMITS_PREFIX = "baton.limits."
 
 GROUP_ROUTER = "baton-router"
 GROUP_SYNTHESIZER = "baton-synthesizer"
@@ -19,6 +20,11 @@ DLQ_REASON_HEADER = "baton-dlq-reason"
 
 def tasks_topic(provider: str) -> str:
     return f"{TASKS_PREFIX}{provider}"
+
+
+def limits_topic(provider: str) -> str:
+    """Where a provider's executor replicas report the load that their limit shares follow."""
+    return f"{LIMITS_PREFIX}{provider}"
 
 
 def executor_group(provider: str) -> str:
@@ -37,7 +43,10 @@ def topic_plan(partitions: int, providers: list[str]) -> tuple[dict[str, int], d
     """
     counts = {t: partitions for t in (REQUESTS, WORKFLOW, RESPONSES, FEEDBACK, DLQ)}
     counts[POLICY] = 1
+    configs = {POLICY: {"cleanup.policy": "compact"}}
     for provider in sorted(set(providers)):
         counts[tasks_topic(provider)] = partitions
-    configs = {POLICY: {"cleanup.policy": "compact"}}
+        # One small compacted log per provider: the newest report of each executor replica.
+        counts[limits_topic(provider)] = 1
+        configs[limits_topic(provider)] = {"cleanup.policy": "compact", "segment.ms": "60000"}
     return counts, configs

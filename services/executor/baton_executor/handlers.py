@@ -4,11 +4,17 @@
   started, so the next record is read. When the worker's concurrency slots are full the handler
   waits, and so the consumer stops fetching: memory stays bounded under any backlog.
 - Commits: a partition is committed only up to its oldest unfinished task.
-- Limits: the replica's share of each limit follows its share of the topic's partitions.
+- Limits: the replica's share of each limit follows its share of the topic's partitions, and lends
+  and borrows spare share with the other replicas over `baton.limits.<provider>` (see limits.py).
 - Recovery: when partitions are assigned (a start, a rebalance, a replica that died), the tasks
   past the committed offset may include some whose results were already published. Before running
   any of them the replica reads the results written since the oldest such task, and skips those
   tasks: a step that completed is never run again.
+- A record's offset is finished only once its task's result is published. A redelivered copy of a
+  task whose call is still running here (its partition came back to this replica) waits on that
+  call instead of being finished at once, so a crash before the publish re-reads it. A result that
+  cannot be published (the broker is away) is published again with backoff for as long as this
+  replica still owns one of the task's records; once it owns none, the new owner runs the task.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import logging
 from collections import OrderedDict
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
-from baton.v1 import responses_pb2, tasks_pb2, workflow_pb2
+from baton.v1 import common_pb2, responses_pb2, tasks_pb2, workflow_pb2
 from faststream import AckPolicy
 from faststream.kafka import KafkaMessage
 
@@ -32,6 +38,7 @@ from baton_platform.service import Service
 from baton_executor.calls import StepRunner
 from baton_executor.deltas import DeltaBatcher
 from baton_executor.limits import WorkerLimits
+from baton_executor.sharing import ShareExchange
 from baton_executor.metrics import ExecutorMetrics
 
 log = logging.getLogger(__name__)
@@ -68,13 +75,18 @@ class TaskConsumer(ConsumerRebalanceListener):
         self.pacer = CommitPacer(self.tracker, interval_s=0.2)
         self.done = RecentIds()
         self.in_flight: dict[TopicPartition, set[asyncio.Task]] = {}
-        self.running: set[str] = set()
+        # Task id -> the records (partition, offset) that its running call answers: the first delivery,
+        # plus any copy redelivered to this replica while the call was still in flight.
+        self.running: dict[str, list[tuple[TopicPartition, int]]] = {}
         self.subscriber = None
+        self.publish_retry_s = 0.1  # first wait before publishing a result again; doubles up to 5 s
         # Cleared while a new assignment is being recovered: the consumer may already be fetching
         # the new partitions, and no task may run before the results published for it are known.
         self._recovered = asyncio.Event()
         self._recovered.set()
         metrics.lag.labels(provider, self.topic).set_function(self._lag)
+        self.exchange = ShareExchange(service, provider, limits, backlog=lambda: int(self._lag()),
+                                      on_share=metrics.share.labels(provider).set)
 
     def register(self) -> None:
         self.subscriber = self.service.broker.subscriber(
@@ -97,15 +109,22 @@ class TaskConsumer(ConsumerRebalanceListener):
             await self.service.dead_letters.send(msg, str(e))
             self.tracker.finish(tp, raw.offset)
             return
-        if task.task_id in self.done or task.task_id in self.running:
-            # Already answered, or a redelivered copy of a call still in progress.
-            self.tracker.finish(tp, raw.offset)
+        if task.task_id in self.done:
+            self.tracker.finish(tp, raw.offset)  # already answered
+            return
+        if task.task_id in self.running:
+            # A redelivered copy of a call still in progress here: its record is finished when that
+            # call's result is published, not now (a crash before then must re-read it).
+            self.running[task.task_id].append((tp, raw.offset))
+            for job in [j for js in self.in_flight.values() for j in js if j.get_name() == task.task_id]:
+                self.in_flight.setdefault(tp, set()).add(job)
             return
         limits = self.limits.get(task.worker)
         if limits is not None:
             await limits.slots.acquire()  # full: wait here, and so stop fetching
-        self.running.add(task.task_id)
-        job = asyncio.create_task(self._run(task, tp, raw.offset, limits, getattr(msg, "consumer", None)))
+        self.running[task.task_id] = [(tp, raw.offset)]
+        job = asyncio.create_task(self._run(task, tp, raw.offset, limits, getattr(msg, "consumer", None)),
+                                  name=task.task_id)
         self.in_flight.setdefault(tp, set()).add(job)
         self.metrics.in_flight.labels(self.provider).inc()
 
@@ -113,15 +132,28 @@ class TaskConsumer(ConsumerRebalanceListener):
                    consumer) -> None:
         deltas = self._deltas(task)
         try:
-            event = await self.runner.run(task, deltas)
+            try:
+                event = await self.runner.run(task, deltas)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - a bug here must end the step clearly, not hold the offset
+                log.exception("task %s failed in the executor", task.task_id)
+                event = workflow_pb2.WorkflowEvent(request_id=task.request_id, step_failed=workflow_pb2.StepFailed(
+                    task_id=task.task_id, step=task.step, attempt=task.attempt, worker=task.worker,
+                    error=common_pb2.Error(code="executor_error", message=f"the executor failed: {type(e).__name__}"),
+                    retryable=False))
             if deltas is not None:
-                # Every delta lands before the step's result, so the gateway sees them before the answer.
-                await deltas.close()
-                self.metrics.stream_records.labels(self.provider).inc(deltas.records)
-            await self.service.broker.publish(encode(event), topics.WORKFLOW, key=task.request_id.encode())
-            self.done.add(task.task_id)
-            self._observe(task, event)
-            self.tracker.finish(tp, offset)
+                try:
+                    # Every delta lands before the step's result, so the gateway sees them before the answer.
+                    await deltas.close()
+                    self.metrics.stream_records.labels(self.provider).inc(deltas.records)
+                except Exception:  # noqa: BLE001 - the final response still carries the whole answer
+                    log.exception("answer deltas of task %s could not be published", task.task_id)
+            if await self._publish_result(task, event):
+                self.done.add(task.task_id)
+                self._observe(task, event)
+                for position in self.running.get(task.task_id, [(tp, offset)]):
+                    self.tracker.finish(*position)
         except asyncio.CancelledError:
             raise
         except Exception:  # noqa: BLE001 - left unfinished: the offset is not committed and the task is retried
@@ -129,12 +161,30 @@ class TaskConsumer(ConsumerRebalanceListener):
         finally:
             if deltas is not None:
                 deltas.abort()
-            self.running.discard(task.task_id)
-            self.in_flight.get(tp, set()).discard(asyncio.current_task())
+            for position_tp, _ in self.running.pop(task.task_id, [(tp, offset)]):
+                self.in_flight.get(position_tp, set()).discard(asyncio.current_task())
             self.metrics.in_flight.labels(self.provider).dec()
             if limits is not None:
                 await limits.slots.release()
         await self.pacer.maybe_commit(consumer)
+
+    async def _publish_result(self, task: tasks_pb2.Task, event: workflow_pb2.WorkflowEvent) -> bool:
+        """Publish the step's result, again and again while the broker refuses, for as long as this
+        replica owns a record of the task; False once it owns none (the new owner runs the task)."""
+        delay = self.publish_retry_s
+        while True:
+            try:
+                await self.service.broker.publish(encode(event), topics.WORKFLOW, key=task.request_id.encode())
+                return True
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - a broker away for a while: keep the result and try again
+                if not any(self.tracker.holds(*p) for p in self.running.get(task.task_id, ())):
+                    log.warning("result of task %s not published (%s); its partition moved on", task.task_id, e)
+                    return False
+                log.warning("result of task %s not published (%s); retrying in %.2f s", task.task_id, e, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
 
     def _deltas(self, task: tasks_pb2.Task) -> DeltaBatcher | None:
         """For a streaming request's answering task: its text, published as it comes to the partition
@@ -181,12 +231,10 @@ class TaskConsumer(ConsumerRebalanceListener):
     async def _on_assigned(self, assigned) -> None:
         consumer = self.subscriber.consumer if self.subscriber is not None else None
         total = len(consumer.partitions_for_topic(self.topic) or ()) if consumer is not None else 0
-        mine = sum(1 for tp in assigned if tp.topic == self.topic)
-        share = mine / total if total else 0.0
-        for limits in self.limits.values():
-            await limits.set_share(share)
-        self.metrics.share.labels(self.provider).set(share)
-        log.info("assigned %d of %d partitions of %s: share %.3f of each limit", mine, total, self.topic, share)
+        mine = {tp.partition for tp in assigned if tp.topic == self.topic}
+        await self.exchange.assigned(mine, total)
+        log.info("assigned %d of %d partitions of %s: base share %.3f of each limit", len(mine), total, self.topic,
+                 len(mine) / total if total else 0.0)
         if assigned:
             try:
                 await asyncio.wait_for(self._recover(list(assigned)), timeout=60)

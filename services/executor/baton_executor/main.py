@@ -37,12 +37,13 @@ def create_app(config: BatonConfig, provider: str, tracer_provider: TracerProvid
     consumer.register()
 
     async def close() -> None:
+        await consumer.exchange.stop()
         await consumer.close()
         for w in workers.values():
             await w.aclose()
         await client.aclose()
 
-    return service.asgi_app(on_shutdown=[close])
+    return service.asgi_app(after_startup=[consumer.exchange.start], on_shutdown=[close])
 
 
 def run() -> None:

@@ -151,8 +151,12 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
                 gate.admit(principal)  # last: a request refused for another reason uses none of the key's rate
                 waiter = replies.expect(request_id)
                 gate.opened(request_id, principal)
+                # The deadline runs from here, publish included: a broker that is slow to take the
+                # request (restarting, say) must not push the client's answer past it.
+                deadline = time.monotonic() + gw.request_timeout_s
                 try:
-                    await broker.publish(encode(msg), topics.REQUESTS, key=request_id.encode())
+                    await asyncio.wait_for(broker.publish(encode(msg), topics.REQUESTS, key=request_id.encode()),
+                                           max(0.0, deadline - time.monotonic()))
                 except Exception as e:  # noqa: BLE001 - the broker is unreachable: say so, keep nothing
                     replies.abandon(request_id)
                     raise ApiError(503, f"the request could not be queued ({type(e).__name__}); retry shortly",
@@ -163,7 +167,6 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
                     tenant_requests.labels(principal.tenant, e.code if e.status == 429 else "rejected").inc()
                 span.set_attribute("http.response.status_code", e.status)
                 return error_response(e)
-            deadline = time.monotonic() + gw.request_timeout_s
             if req.stream:
                 return ClosingStreamingResponse(stream(req, request_id, waiter, deadline),
                                                 media_type="text/event-stream", headers={"x-baton-request-id": request_id})

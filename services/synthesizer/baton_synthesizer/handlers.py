@@ -5,6 +5,11 @@ Crash safety: a partition's offset is committed only up to the oldest workflow s
 After a restart or rebalance the new owner re-reads from there, folding the history into state
 without acting on it, then, once it reaches the end it found, resumes every unfinished workflow:
 steps already completed are not run again, missing ones are dispatched with the same task ids.
+While a partition's history is being read its workflows are not timed out: a result recorded after
+the deadline passed may be in the part not yet read, and the run would fail falsely. A workflow
+whose response was published before the crash but not committed is not answered again: before
+resuming, the new owner reads the responses published since its runs began and ends those that
+have one (otherwise the client and the episode dataset would get the answer twice).
 """
 
 from __future__ import annotations
@@ -13,15 +18,15 @@ import asyncio
 import contextlib
 import logging
 
-from aiokafka import ConsumerRebalanceListener, TopicPartition
-from baton.v1 import workflow_pb2
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from baton.v1 import responses_pb2, workflow_pb2
 from faststream import AckPolicy
 from faststream.kafka import KafkaMessage
 from opentelemetry import context as otel_context
 from prometheus_client import Counter, Gauge
 
 from baton_platform import topics
-from baton_platform.kafka import consumer_options
+from baton_platform.kafka import client_options, consumer_options
 from baton_platform.messages import PoisonMessage, decode, encode
 from baton_platform.offsets import CommitPacer, OffsetTracker
 from baton_platform.service import Service
@@ -78,12 +83,19 @@ class SynthesizerWiring:
     async def _watch(self) -> None:
         while True:
             await asyncio.sleep(0.25)
-            try:
-                for run, actions in self.workflows.expired():
-                    await self._execute(run, actions)
-                await self.pacer.maybe_commit()
-            except Exception:  # noqa: BLE001 - the watchdog must outlive a failed publish
-                log.exception("synthesizer watchdog")
+            await self.tick()
+
+    async def tick(self) -> None:
+        """Time out late steps and deadlines, except on partitions whose history is still being read."""
+        try:
+            for run, actions in self.workflows.expired(skip=self._replaying):
+                await self._execute(run, actions)
+            await self.pacer.maybe_commit()
+        except Exception:  # noqa: BLE001 - the watchdog must outlive a failed publish
+            log.exception("synthesizer watchdog")
+
+    def _replaying(self, run: Run) -> bool:
+        return self._catchup_end.get(run.origin[0], 0) > 0
 
     async def revoked(self, tps: set[TopicPartition]) -> None:
         await self.pacer.maybe_commit(force=True)
@@ -138,10 +150,63 @@ class SynthesizerWiring:
 
     async def _resume(self, tp: TopicPartition) -> None:
         resumed = [r for r in self.workflows.runs.values() if r.origin[0] == tp and not r.finished]
-        if resumed:
-            log.info("resuming %d workflow(s) on %s", len(resumed), tp)
+        if not resumed:
+            return
+        answered = await self.answered([r for r in resumed if not r.request.HasField("parent")])
+        log.info("resuming %d workflow(s) on %s (%d already answered)", len(resumed) - len(answered), tp,
+                 len(answered))
         for run in resumed:
-            await self._execute(run, self.workflows.advance(run))
+            if run.request.request_id in answered:
+                run.finished = True
+                self._ended(run)
+            else:
+                await self._execute(run, self.workflows.advance(run))
+
+    async def answered(self, runs: list[Run]) -> set[str]:
+        """Which of these runs already have a final response on baton.responses (published by an
+        owner that crashed before committing). Bounded: on failure, none (they are answered again)."""
+        if not runs:
+            return set()
+        try:
+            return await asyncio.wait_for(self._scan_responses(runs), timeout=30)
+        except Exception:  # noqa: BLE001 - answering twice is better than never answering
+            log.exception("could not read back published responses; resumed workflows may answer twice")
+            return set()
+
+    async def _scan_responses(self, runs: list[Run]) -> set[str]:
+        wanted = {r.request.request_id for r in runs}
+        # Records carry the publisher's clock; allow for skew between the gateway and the synthesizer.
+        since = min(r.request.created_unix_ms or r.started_ms for r in runs) - 10_000
+        parts = [TopicPartition(topics.RESPONSES, p) for p in sorted({r.request.reply_partition for r in runs})]
+        probe = AIOKafkaConsumer(group_id=None, enable_auto_commit=False,
+                                 **client_options(self.service.config.kafka))
+        await probe.start()
+        try:
+            probe.assign(parts)
+            starts = await probe.offsets_for_times({tp: max(since, 0) for tp in parts})
+            ends = await probe.end_offsets(parts)
+            remaining = set()
+            for tp in parts:
+                if starts.get(tp) is not None and starts[tp].offset < ends[tp]:
+                    probe.seek(tp, starts[tp].offset)
+                    remaining.add(tp)
+            found: set[str] = set()
+            while remaining:
+                batch = await probe.getmany(*remaining, timeout_ms=1000)
+                for records in batch.values():
+                    for r in records:
+                        if r.key is None or r.key.decode(errors="replace") not in wanted:
+                            continue
+                        with contextlib.suppress(Exception):
+                            response = responses_pb2.Response.FromString(r.value)
+                            if response.WhichOneof("outcome") in ("answer", "error"):
+                                found.add(response.request_id)
+                for tp in list(remaining):
+                    if await probe.position(tp) >= ends[tp]:
+                        remaining.discard(tp)
+            return found
+        finally:
+            await probe.stop()
 
     def _ended(self, run: Run) -> None:
         """The run's outcome is published: its partition may commit past its start."""

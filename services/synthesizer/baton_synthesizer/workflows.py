@@ -264,12 +264,13 @@ class Workflows:
             return f"the workflow spent ${spent:.6f}, reaching its budget of ${max_cost:.6f}, with steps still to run"
         return None
 
-    def expired(self) -> list[tuple[Run, list[Action]]]:
-        """Runs with a step unanswered past the step timeout or past the request's deadline."""
+    def expired(self, skip: Callable[[Run], bool] | None = None) -> list[tuple[Run, list[Action]]]:
+        """Runs with a step unanswered past the step timeout or past the request's deadline. `skip`
+        leaves out runs whose history is still being read: a result may be in what is left of it."""
         now = self._clock()
         out = []
         for run in list(self.runs.values()):
-            if run.finished:
+            if run.finished or (skip is not None and skip(run)):
                 continue
             if run.ready_ms is not None:
                 judge_late = run.plan.steps in run.dispatched_ms and now - run.dispatched_ms[run.plan.steps] > self._step_timeout_ms

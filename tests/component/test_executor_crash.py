@@ -1,0 +1,113 @@
+"""The executor's record bookkeeping around crashes: a redelivered copy of a running task and a
+result the broker refuses must never let the partition commit past a task whose result is not out."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+from aiokafka import TopicPartition
+from baton.v1 import tasks_pb2, workflow_pb2
+from prometheus_client import CollectorRegistry
+
+from baton_executor.handlers import TaskConsumer
+from baton_executor.metrics import ExecutorMetrics
+from baton_platform import topics
+
+TP = TopicPartition(topics.tasks_topic("sim"), 0)
+
+
+class Broker:
+    def __init__(self, failures: int = 0) -> None:
+        self.failures = failures
+        self.published: list[bytes] = []
+
+    async def publish(self, body, topic, key=None, partition=None):
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError("broker away")
+        self.published.append(body)
+
+
+class Runner:
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.calls = 0
+
+    async def run(self, task, deltas=None):
+        self.calls += 1
+        await self.release.wait()
+        return workflow_pb2.WorkflowEvent(request_id=task.request_id, step_completed=workflow_pb2.StepCompleted(
+            task_id=task.task_id, step=task.step, attempt=task.attempt, output="ok"))
+
+
+def consumer(broker: Broker, runner: Runner) -> TaskConsumer:
+    service = SimpleNamespace(broker=broker, dead_letters=None,
+                              config=SimpleNamespace(executor=SimpleNamespace(drain_timeout_s=0.05)))
+    c = TaskConsumer(service, "sim", runner, {}, ExecutorMetrics(CollectorRegistry(), "sim"))
+    c.publish_retry_s = 0.01
+    return c
+
+
+def record(offset: int, task_id: str = "r:0:1") -> SimpleNamespace:
+    task = tasks_pb2.Task(task_id=task_id, request_id="r", step=0, attempt=1, worker="gemini-pro")
+    raw = SimpleNamespace(topic=TP.topic, partition=TP.partition, offset=offset)
+    return SimpleNamespace(raw_message=raw, body=task.SerializeToString(), consumer=None)
+
+
+async def eventually(predicate, timeout=3.0):
+    for _ in range(int(timeout / 0.01)):
+        if predicate():
+            return True
+        await asyncio.sleep(0.01)
+    return predicate()
+
+
+async def test_a_copy_redelivered_while_its_call_runs_is_not_committed_before_the_result():
+    broker, runner = Broker(), Runner()
+    c = consumer(broker, runner)
+    await c.handle(record(5))
+    # The partition leaves and comes back to this replica while the call is still running.
+    await c.on_partitions_revoked([TP])
+    await c.handle(record(5))
+    assert c.tracker.committable()[TP] == 5, "the redelivered copy waits for its call's result"
+    assert runner.calls == 1, "the call is not started twice"
+    runner.release.set()
+    assert await eventually(lambda: c.tracker.committable()[TP] == 6)
+    assert len(broker.published) == 1
+
+
+async def test_a_result_the_broker_refuses_is_published_again_and_then_committed():
+    broker, runner = Broker(failures=3), Runner()
+    runner.release.set()
+    c = consumer(broker, runner)
+    await c.handle(record(7))
+    assert await eventually(lambda: broker.published), "the result is retried until the broker takes it"
+    assert await eventually(lambda: c.tracker.committable()[TP] == 8), "the partition's commits move on"
+    assert workflow_pb2.WorkflowEvent.FromString(broker.published[0]).step_completed.task_id == "r:0:1"
+    assert "r:0:1" in c.done and not c.running
+
+
+async def test_a_result_not_published_before_its_partition_moves_is_left_to_the_new_owner():
+    broker, runner = Broker(failures=10_000), Runner()
+    runner.release.set()
+    c = consumer(broker, runner)
+    await c.handle(record(3))
+    await asyncio.sleep(0.05)
+    await c.on_partitions_revoked([TP])
+    assert await eventually(lambda: not c.running), "it stops retrying once it owns no record of the task"
+    assert "r:0:1" not in c.done and not broker.published
+
+
+async def test_an_unexpected_executor_error_ends_the_step_instead_of_holding_the_partition():
+    broker = Broker()
+
+    class Broken:
+        async def run(self, task, deltas=None):
+            raise RuntimeError("bug")
+
+    c = consumer(broker, Broken())
+    await c.handle(record(1))
+    assert await eventually(lambda: c.tracker.committable().get(TP) == 2)
+    failed = workflow_pb2.WorkflowEvent.FromString(broker.published[0]).step_failed
+    assert failed.error.code == "executor_error" and not failed.retryable

@@ -1,0 +1,308 @@
+"""Chaos: steady load through the official `openai` client while each process of the stack is
+killed with SIGKILL and restarted with `baton up --only NAME`, and then the
+Kafka broker is restarted. `make chaos` runs this file alone; `make test` runs it with the rest.
+
+What must hold, checked at the end:
+- every request the gateway accepted got one answer or a clear error (an HTTP error with a reason),
+  and none hung past its deadline (the client's timeout is the gateway's deadline plus a margin);
+- no step ran again after it had completed (two different results for one task id on
+  baton.workflow; the same result published twice after a broker hiccup is not a re-run);
+- every answered request is in the episode dataset exactly once, and no request is there twice;
+- at the end no consumer group's commits are stalled: every partition is committed to its end.
+
+A request whose gateway replica is killed gets a connection error on the client's side (the HTTP
+connection drops). Its workflow is not cancelled: if the gateway had queued it, it runs to the end
+and its episode is logged once (its answer goes to a reply partition nobody waits on); the client
+must send it again, as a new request. Requests sent while no gateway listens are refused at
+connect, never accepted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import httpx
+import openai
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from baton.v1 import workflow_pb2
+
+from baton_devtools.kafka import LocalKafka
+from baton_devtools.stack import Stack, free_port
+from baton_platform import topics
+from testbed import MMLU_PRO, default_config_data
+
+pytestmark = [pytest.mark.e2e, pytest.mark.kafka, pytest.mark.slow]
+
+RATE_PER_S = 3.0
+DEADLINE_S = 20.0
+PARTITIONS = 4
+FAULTS = ["gateway", "router", "synthesizer", "executor-sim-0", "executor-sim-1", "reward-logger", "kafka"]
+GROUPS = {topics.GROUP_ROUTER: [topics.REQUESTS], topics.GROUP_SYNTHESIZER: [topics.WORKFLOW],
+          topics.GROUP_REWARD_LOGGER: [topics.RESPONSES], topics.executor_group("sim"): [topics.tasks_topic("sim")]}
+
+
+@dataclass
+class Call:
+    cid: str
+    phase: str
+    sent: float
+    done: float | None = None
+    outcome: str = ""  # answer | error | refused | dropped | hung
+    reason: str = ""
+
+
+@dataclass
+class Load:
+    """Open-loop requests at a steady rate, each in its own thread, each tagged with the fault phase."""
+
+    base_url: str
+    questions: list[str]
+    calls: list[Call] = field(default_factory=list)
+    phase: str = "warm-up"
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._pool = ThreadPoolExecutor(max_workers=64)
+        self._client = openai.OpenAI(base_url=self.base_url, api_key="unused", max_retries=0,
+                                     timeout=DEADLINE_S + 10, http_client=httpx.Client(trust_env=False))
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        start, i = time.monotonic(), 0
+        while not self._stop.is_set():
+            delay = start + i / RATE_PER_S - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            call = Call(uuid.uuid4().hex, self.phase, time.monotonic())
+            self.calls.append(call)
+            self._pool.submit(self._one, call, self.questions[i % len(self.questions)])
+            i += 1
+
+    def _one(self, call: Call, question: str) -> None:
+        try:
+            r = self._client.chat.completions.create(model="baton", messages=[{"role": "user", "content": question}],
+                                                     metadata={"chaos_id": call.cid})
+            call.outcome, call.reason = ("answer", "") if r.choices[0].message.content else ("error", "empty answer")
+        except openai.APITimeoutError:
+            call.outcome, call.reason = "hung", "no reply by the deadline"
+        except openai.APIConnectionError as e:
+            refused = isinstance(e.__cause__, httpx.ConnectError)
+            call.outcome, call.reason = ("refused", "connect refused") if refused else ("dropped", "connection dropped")
+            if not refused:
+                call.phase = self.phase  # sent just before the fault that dropped it: count it there
+        except openai.APIStatusError as e:
+            code = (e.body or {}).get("code") if isinstance(e.body, dict) else None
+            call.outcome, call.reason = "error", f"{e.status_code} {code or ''}".strip()
+        finally:
+            call.done = time.monotonic()
+
+    def first_answer_after(self, t: float) -> float | None:
+        done = [c.done for c in list(self.calls) if c.sent >= t and c.outcome == "answer" and c.done]
+        return min(done) if done else None
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._pool.shutdown(wait=True)
+
+
+def questions(n: int = 50) -> list[str]:
+    csv.field_size_limit(sys.maxsize)
+    with MMLU_PRO.open(newline="") as f:
+        return [row["prompt"] for _, row in zip(range(n), csv.DictReader(f))]
+
+
+def chaos_config(tmp_path, bootstrap: str):
+    data = default_config_data()
+    data["conductor"]["plan"] = {"workers": ["gemini-flash", "gemini-pro"], "subtasks": ["Solve it.", "Check it."],
+                                 "access": [[], [0]]}
+    data["workers"][0]["replicas"] = 2
+    data["kafka"] = {"bootstrap_servers": bootstrap, "partitions": PARTITIONS, "session_timeout_ms": 6000,
+                     "heartbeat_interval_ms": 1000}
+    data["gateway"] = {"request_timeout_s": DEADLINE_S}
+    data["synthesizer"] = {"step_timeout_s": 10}
+    data["reward_logger"] = {"flush_interval_s": 0.5}
+    path = tmp_path / "chaos.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def restart_with_the_cli(stack: Stack, name: str) -> None:
+    """`baton up --only NAME` against the stack's run folder, then take the new process into `stack`."""
+    env = {**os.environ, "BATON_RUN_DIR": str(stack.run_dir)}
+    done = subprocess.run([sys.executable, "-m", "baton_devtools.cli", "up", "--only", name], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"baton up --only {name} failed: {done.stderr}"
+    stack.services = Stack.attach(stack.run_dir).services
+
+
+def wait_until(predicate, timeout: float, step: float = 0.25):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    return predicate()
+
+
+def episodes(dataset_dir) -> Counter:
+    """Rows per chaos id in the episode dataset."""
+    rows: Counter = Counter()
+    for path in sorted((dataset_dir / "episodes").rglob("*.parquet")):
+        if path.name.startswith("."):
+            continue
+        for meta in pq.read_table(path, columns=["metadata_json"]).column("metadata_json").to_pylist():
+            cid = json.loads(meta or "{}").get("chaos_id")
+            if cid:
+                rows[cid] += 1
+    return rows
+
+
+async def completions(bootstrap: str) -> dict[str, set[bytes]]:
+    """Every distinct StepCompleted published per task id, over the whole of baton.workflow."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topics.WORKFLOW, p) for p in range(PARTITIONS)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        out: dict[str, set[bytes]] = defaultdict(set)
+        while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
+            for records in (await consumer.getmany(timeout_ms=1000)).values():
+                for r in records:
+                    event = workflow_pb2.WorkflowEvent.FromString(r.value)
+                    if event.WhichOneof("event") == "step_completed":
+                        out[event.step_completed.task_id].add(r.value)
+        return out
+    finally:
+        await consumer.stop()
+
+
+async def stalled(bootstrap: str) -> list[str]:
+    """Partitions whose group's committed offset is short of the partition's end."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
+    await admin.start()
+    await consumer.start()
+    try:
+        out = []
+        for group, group_topics in GROUPS.items():
+            committed = await admin.list_consumer_group_offsets(group)
+            tps = [TopicPartition(t, p) for t in group_topics for p in range(PARTITIONS)]
+            ends = await consumer.end_offsets(tps)
+            for tp in tps:
+                at = committed[tp].offset if tp in committed else 0
+                if ends[tp] > max(at, 0):
+                    out.append(f"{group} {tp.topic}[{tp.partition}] committed {at} of {ends[tp]}")
+        return out
+    finally:
+        await consumer.stop()
+        await admin.close()
+
+
+@pytest.mark.timeout(900)
+def test_every_process_and_the_broker_killed_in_turn_under_load(tmp_path):
+    kafka = LocalKafka(data_dir=tmp_path / "kafka", log_file=tmp_path / "kafka.log")
+    kafka.start()
+    stack = Stack(tmp_path / "run", config_file=chaos_config(tmp_path, kafka.bootstrap_servers),
+                  gateway_port=free_port(), bootstrap_servers=kafka.bootstrap_servers)
+    load = None
+    recovery: dict[str, float | None] = {}
+    try:
+        stack.start(echo=lambda *_: None)
+        load = Load(stack.base_url, questions())
+        load.start()
+        assert wait_until(lambda: load.first_answer_after(0), 60), "the stack answers before any fault"
+        time.sleep(2)
+        for fault in FAULTS:
+            load.phase = fault
+            t0 = time.monotonic()
+            if fault == "kafka":
+                kafka.stop()
+                time.sleep(1)
+                kafka.start()
+            else:
+                killed = stack.kill(fault)
+                for proc in stack._children:
+                    if proc.pid == killed.pid:
+                        proc.wait(10)  # reap it, as a supervisor would
+                time.sleep(1)
+                restart_with_the_cli(stack, fault)
+            back = time.monotonic()
+            # Recovered: a request sent once the process (or broker) is back has been answered.
+            answered = wait_until(lambda: load.first_answer_after(back), 60)
+            recovery[fault] = answered - t0 if answered else None
+            time.sleep(3)
+        load.phase = "after"
+        time.sleep(3)
+        load.stop()
+        calls = load.calls
+        answered = {c.cid for c in calls if c.outcome == "answer"}
+        # Let the last workflows end, the reward logger write them and every group commit.
+        rows = wait_until(lambda: (r := episodes(stack.dataset_dir)) and answered <= set(r) and r, 40) or Counter()
+        late = asyncio.run(_wait_unstalled(kafka.bootstrap_servers, 40))
+        results = asyncio.run(completions(kafka.bootstrap_servers))
+    finally:
+        if load is not None and not load._stop.is_set():
+            load.stop()
+        stack.stop()
+        kafka.stop()
+
+    rerun = sorted(t for t, bodies in results.items() if len(bodies) > 1)
+    print_table(calls, rows, recovery, rerun)
+    hung = [c for c in calls if c.outcome == "hung" or c.done is None or c.done - c.sent > DEADLINE_S + 5]
+    assert not hung, f"{len(hung)} request(s) hung past their deadline: {[(c.phase, c.reason) for c in hung][:10]}"
+    assert all(c.reason for c in calls if c.outcome == "error"), "every error says why"
+    assert not rerun, f"steps run again after they had completed: {rerun[:10]}"
+    missing = sorted(answered - set(rows))
+    assert not missing, f"{len(missing)} answered request(s) missing from the episode dataset"
+    twice = sorted(cid for cid, n in rows.items() if n > 1)
+    assert not twice, f"{len(twice)} request(s) in the episode dataset more than once"
+    assert not late, f"commits stalled at the end: {late}"
+    for fault in FAULTS:
+        assert recovery[fault] is not None, f"no answer after the {fault} fault"
+
+
+async def _wait_unstalled(bootstrap: str, timeout: float) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while True:
+        late = await stalled(bootstrap)
+        if not late or time.monotonic() > deadline:
+            return late
+        await asyncio.sleep(1)
+
+
+def print_table(calls: list[Call], rows: Counter, recovery: dict, rerun: list[str]) -> None:
+    phases = ["warm-up", *FAULTS, "after"]
+    print("\nfault            sent answered errored (reasons)                                      dup.episodes recover")
+    for phase in phases:
+        mine = [c for c in calls if c.phase == phase]
+        reasons = Counter(c.reason for c in mine if c.outcome != "answer")
+        dups = sum(1 for c in mine if rows.get(c.cid, 0) > 1)
+        rec = recovery.get(phase)
+        print(f"{phase:<16} {len(mine):>4} {sum(c.outcome == 'answer' for c in mine):>8} "
+              f"{sum(c.outcome != 'answer' for c in mine):>7} {dict(reasons)!s:<52} {dups:>12} "
+              f"{'-' if phase not in recovery else (f'{rec:.1f} s' if rec is not None else 'never'):>7}")
+    dropped = [c for c in calls if c.outcome == "dropped"]
+    print(f"connection dropped: {len(dropped)}, of which logged as episodes: {sum(1 for c in dropped if c.cid in rows)}; "
+          f"steps re-run after completing: {len(rerun)}")
