@@ -27,7 +27,7 @@ async def test_a_broker_slow_to_take_the_request_does_not_push_the_answer_past_t
     make_broker = gateway.make_broker
     monkeypatch.setattr(gateway, "make_broker", lambda *a, **k: brokers.append(make_broker(*a, **k)) or brokers[-1])
     monkeypatch.setattr(gateway, "Replies", AssignedReplies)
-    app = gateway.create_app(load_config(write_config({"gateway": {"request_timeout_s": 1}})),
+    app = gateway.create_app(load_config(write_config({"gateway": {"request_timeout_s": 1, "auth": "none"}})),
                              tracer_provider=setup_tracing("t", set_global=False))
     (broker,) = brokers
     async with TestKafkaBroker(broker):
