@@ -137,7 +137,7 @@ def chaos_config(tmp_path, bootstrap: str):
     data["workers"][0]["replicas"] = 2
     data["kafka"] = {"bootstrap_servers": bootstrap, "partitions": PARTITIONS, "session_timeout_ms": 6000,
                      "heartbeat_interval_ms": 1000}
-    data["gateway"] = {"request_timeout_s": DEADLINE_S}
+    data["gateway"] = {**data["gateway"], "request_timeout_s": DEADLINE_S}  # keeps `auth: none` (loopback)
     data["synthesizer"] = {"step_timeout_s": 10}
     data["reward_logger"] = {"flush_interval_s": 0.5}
     path = tmp_path / "chaos.yaml"
