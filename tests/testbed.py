@@ -34,3 +34,14 @@ def default_config_data(local_model_port: int | None = None) -> dict:
     for eval_set in data.get("reward_logger", {}).get("eval_sets", {}).values():
         eval_set["path"] = str((DEFAULT_CONFIG.parent / eval_set["path"]).resolve())
     return data
+
+
+def episode_of(dataset_dir: Path, request_id: str) -> dict | None:
+    """The episode row of one request in a stack's dataset, or None while it is not written yet."""
+    import pyarrow.dataset as ds
+
+    try:
+        rows = ds.dataset(Path(dataset_dir) / "episodes", format="parquet", partitioning="hive").to_table().to_pylist()
+    except (FileNotFoundError, ValueError):
+        return None
+    return next((r for r in rows if r["request_id"] == request_id), None)

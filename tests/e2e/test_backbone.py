@@ -18,7 +18,7 @@ from baton_devtools.stack import Stack, free_port
 from baton_devtools.standins.server import run_standin
 from baton_platform import topics
 from baton_platform.apikeys import hash_key
-from testbed import MMLU_PRO, default_config_data
+from testbed import MMLU_PRO, default_config_data, episode_of
 from e2e.otlp import OtlpReceiver
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kafka]
@@ -131,14 +131,7 @@ def test_an_answer_comes_back_through_every_service_in_one_trace(stack, client):
     assert ("baton-executor-openai_compatible", "POST") in names or any(
         svc == "baton-executor-openai_compatible" and n.startswith("POST") for svc, n in names), names
 
-    def episode():
-        try:
-            rows = ds.dataset(stack.dataset_dir / "episodes", format="parquet", partitioning="hive").to_table().to_pylist()
-        except (FileNotFoundError, ValueError):
-            return None
-        return next((r for r in rows if r["request_id"] == request_id), None)
-
-    ep = wait_for(episode, 20)
+    ep = wait_for(lambda: episode_of(stack.dataset_dir, request_id), 20)
     assert ep is not None, "the episode never reached the dataset"
     assert ep["answer"] == answer and ep["calls"] == 3 and ep["tenant"] == "team"
     assert (ep["grader"], ep["quality"], ep["reward"]) == ("regex", 1.0, 1.0), ep["reward_detail"]

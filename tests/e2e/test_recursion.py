@@ -16,7 +16,7 @@ import yaml
 from baton_devtools.stack import Stack, free_port
 from baton_devtools.standins.server import run_standin
 from e2e.test_backbone import first_question, wait_for
-from testbed import default_config_data
+from testbed import default_config_data, episode_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kafka]
 
@@ -64,14 +64,7 @@ def test_a_conductor_step_runs_a_corrective_workflow_that_sees_the_workflow_so_f
     assert info["calls"] == 3, "two steps, plus the one call of the corrective workflow"
     request_id = raw.headers["x-baton-request-id"]
 
-    def episode():
-        try:
-            rows = ds.dataset(stack.dataset_dir / "episodes", format="parquet", partitioning="hive").to_table().to_pylist()
-        except (FileNotFoundError, ValueError):
-            return None
-        return next((r for r in rows if r["request_id"] == request_id), None)
-
-    ep = wait_for(episode, 20)
+    ep = wait_for(lambda: episode_of(stack.dataset_dir, request_id), 20)
     assert ep is not None and ep["answer"] == answer
     assert [s["worker"] for s in ep["steps"]] == ["gemini-flash", "llama-70b", "conductor"]
     # Only the user's request is an episode: the inner workflow lives inside its conductor step.

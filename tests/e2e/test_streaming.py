@@ -11,14 +11,13 @@ import time
 
 import httpx
 import openai
-import pyarrow.dataset as ds
 import pytest
 import yaml
 
 from baton_devtools.stack import Stack, free_port
 from baton_devtools.standins.server import configure_standin, reset_standin, run_standin
 from e2e.test_backbone import first_question, wait_for
-from testbed import default_config_data
+from testbed import default_config_data, episode_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kafka]
 
@@ -128,14 +127,7 @@ def test_a_client_that_leaves_mid_stream_leaves_the_workflow_and_its_episode_who
     assert wait_for(lambda: metric(stack, 'baton_gateway_requests_total{status="499"}') == gone_before + 1, 20)
     assert wait_for(lambda: metric(stack, "baton_gateway_waiting") == 0, 20), "the gateway forgot the request"
 
-    def episode():
-        try:
-            rows = ds.dataset(stack.dataset_dir / "episodes", format="parquet", partitioning="hive").to_table().to_pylist()
-        except (FileNotFoundError, ValueError):
-            return None
-        return next((r for r in rows if r["request_id"] == request_id), None)
-
-    ep = wait_for(episode, 30)
+    ep = wait_for(lambda: episode_of(stack.dataset_dir, request_id), 30)
     assert ep is not None, "the workflow went on and its episode reached the dataset"
     assert ep["answer"].startswith("[local-model] saw:") and [s["worker"] for s in ep["steps"]] == [
         "gemini-flash", "local-llm"]
