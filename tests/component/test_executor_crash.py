@@ -111,3 +111,28 @@ async def test_an_unexpected_executor_error_ends_the_step_instead_of_holding_the
     assert await eventually(lambda: c.tracker.committable().get(TP) == 2)
     failed = workflow_pb2.WorkflowEvent.FromString(broker.published[0]).step_failed
     assert failed.error.code == "executor_error" and not failed.retryable
+
+
+class WaitingRunner(Runner):
+    """A runner whose tasks wait for their turn under the limits until told their call began."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calling: set[str] = set()
+
+
+async def test_a_revoked_task_still_waiting_for_its_turn_is_dropped_not_drained():
+    broker, runner = Broker(), WaitingRunner()
+    c = consumer(broker, runner)
+    c.service.config.executor.drain_timeout_s = 30  # a drain would outlast the test's patience
+    await c.handle(record(4, "r:0:1"))
+    await c.handle(record(5, "r:1:1"))
+    runner.calling.add("r:1:1")  # this one's provider call has begun
+    revoke = asyncio.create_task(c.on_partitions_revoked([TP]))
+    assert await eventually(lambda: "r:0:1" not in c.running), "the waiting task is dropped at once"
+    assert not revoke.done(), "the task whose call began is drained"
+    runner.release.set()
+    await asyncio.wait_for(revoke, 3)
+    published = [workflow_pb2.WorkflowEvent.FromString(b).step_completed.task_id for b in broker.published]
+    assert published == ["r:1:1"], "only the call that had begun answers; the next owner runs the other"
+    assert "r:0:1" not in c.done

@@ -38,8 +38,17 @@ class StepRunner:
         self._metrics = metrics
         self._provider_name = metrics.provider
         self._max_attempts = max_attempts
+        # Tasks whose provider call has begun (admitted by the limits). A task still waiting for its
+        # turn has cost nothing yet, so a replica losing its partition may drop it at once.
+        self.calling: set[str] = set()
 
     async def run(self, task: tasks_pb2.Task, deltas: DeltaBatcher | None = None) -> workflow_pb2.WorkflowEvent:
+        try:
+            return await self._run_step(task, deltas)
+        finally:
+            self.calling.discard(task.task_id)
+
+    async def _run_step(self, task: tasks_pb2.Task, deltas: DeltaBatcher | None) -> workflow_pb2.WorkflowEvent:
         """The step's result. With `deltas` (a streaming request's answering task) the answer's text
         also goes there as it comes; a provider that does not stream gives it all at once at the end."""
         started = time.perf_counter()
@@ -86,6 +95,7 @@ class StepRunner:
         if deadline is not None and deadline <= time.time():
             limits.settle(estimate, 0)
             raise ProviderError("the request's deadline passed before the call", retryable=False)
+        self.calling.add(task.task_id)
         call = ProviderCall(model=worker.model, messages=messages, max_tokens=max_tokens,
                             temperature=task.temperature if task.HasField("temperature") else None,
                             timeout_s=60.0 if deadline is None else max(0.1, deadline - time.time()),

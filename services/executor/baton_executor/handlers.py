@@ -214,8 +214,15 @@ class TaskConsumer(ConsumerRebalanceListener):
     # -- rebalance -----------------------------------------------------------------------------
 
     async def on_partitions_revoked(self, revoked) -> None:
-        # Let calls in flight finish (bounded) so the next owner does not repeat them.
+        # Let calls in flight finish (bounded) so the next owner does not repeat them. Tasks still
+        # waiting for their turn under the limits are dropped at once (their records stay uncommitted,
+        # so the next owner runs them): waiting for them would outlast the group's rebalance timeout
+        # under a backlog, and a replica dropped from the group mid-call is what repeats calls.
         jobs = [j for tp in revoked for j in self.in_flight.get(tp, ())]
+        calling = getattr(self.runner, "calling", None)
+        if calling is not None:
+            for job in [j for j in jobs if j.get_name() not in calling]:
+                job.cancel()
         if jobs:
             await asyncio.wait(jobs, timeout=self.service.config.executor.drain_timeout_s)
         await self.pacer.maybe_commit(force=True)
