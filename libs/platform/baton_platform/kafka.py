@@ -86,3 +86,28 @@ async def partition_ids(options: dict, topic: str) -> list[int]:
     if desc.get("error_code"):
         raise ValueError(f"topic {topic} cannot be described (error code {desc['error_code']})")
     return sorted(p["partition"] for p in desc["partitions"])
+
+
+async def read_since(probe, parts: list, since_ms: int):
+    """Every record of `parts` published since `since_ms` (by record timestamp), up to the end
+    offsets each partition had when the read began, as an async iterator. `probe` is a started,
+    group-less consumer; the caller bounds the whole read with a timeout.
+
+    Used after a crash or rebalance to learn what was already published, so work is not done twice.
+    """
+    probe.assign(parts)
+    starts = await probe.offsets_for_times({tp: max(since_ms, 0) for tp in parts})
+    ends = await probe.end_offsets(parts)
+    remaining = set()
+    for tp in parts:
+        if starts.get(tp) is not None and starts[tp].offset < ends[tp]:
+            probe.seek(tp, starts[tp].offset)
+            remaining.add(tp)
+    while remaining:
+        batch = await probe.getmany(*remaining, timeout_ms=1000)
+        for records in batch.values():
+            for record in records:
+                yield record
+        for tp in list(remaining):
+            if await probe.position(tp) >= ends[tp]:
+                remaining.discard(tp)

@@ -30,7 +30,7 @@ from faststream import AckPolicy
 from faststream.kafka import KafkaMessage
 
 from baton_platform import topics
-from baton_platform.kafka import client_options, consumer_options, partition_ids
+from baton_platform.kafka import client_options, consumer_options, partition_ids, read_since
 from baton_platform.messages import PoisonMessage, decode, encode
 from baton_platform.offsets import CommitPacer, OffsetTracker
 from baton_platform.service import Service
@@ -291,26 +291,12 @@ class TaskConsumer(ConsumerRebalanceListener):
     async def _published_since(self, probe, since_ms: int) -> set[str]:
         ids = await partition_ids(client_options(self.service.config.kafka), topics.WORKFLOW)
         parts = [TopicPartition(topics.WORKFLOW, p) for p in ids]
-        probe.assign(parts)
-        starts = await probe.offsets_for_times({tp: since_ms for tp in parts})
-        ends = await probe.end_offsets(parts)
-        remaining = set()
-        for tp in parts:
-            if starts.get(tp) is not None and starts[tp].offset < ends[tp]:
-                probe.seek(tp, starts[tp].offset)
-                remaining.add(tp)
         found: set[str] = set()
-        while remaining:  # bounded by the caller's timeout
-            batch = await probe.getmany(*remaining, timeout_ms=1000)
-            for records in batch.values():
-                for r in records:
-                    with contextlib.suppress(Exception):
-                        event = workflow_pb2.WorkflowEvent.FromString(r.value)
-                        if event.WhichOneof("event") == "step_completed":
-                            found.add(event.step_completed.task_id)
-            for tp in list(remaining):
-                if await probe.position(tp) >= ends[tp]:
-                    remaining.discard(tp)
+        async for r in read_since(probe, parts, since_ms):  # bounded by the caller's timeout
+            with contextlib.suppress(Exception):
+                event = workflow_pb2.WorkflowEvent.FromString(r.value)
+                if event.WhichOneof("event") == "step_completed":
+                    found.add(event.step_completed.task_id)
         return found
 
     # -- metrics -------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from opentelemetry import context as otel_context
 from prometheus_client import Counter, Gauge
 
 from baton_platform import topics
-from baton_platform.kafka import client_options, consumer_options
+from baton_platform.kafka import client_options, consumer_options, read_since
 from baton_platform.messages import PoisonMessage, decode, encode
 from baton_platform.offsets import CommitPacer, OffsetTracker
 from baton_platform.service import Service
@@ -182,28 +182,14 @@ class SynthesizerWiring:
                                  **client_options(self.service.config.kafka))
         await probe.start()
         try:
-            probe.assign(parts)
-            starts = await probe.offsets_for_times({tp: max(since, 0) for tp in parts})
-            ends = await probe.end_offsets(parts)
-            remaining = set()
-            for tp in parts:
-                if starts.get(tp) is not None and starts[tp].offset < ends[tp]:
-                    probe.seek(tp, starts[tp].offset)
-                    remaining.add(tp)
             found: set[str] = set()
-            while remaining:
-                batch = await probe.getmany(*remaining, timeout_ms=1000)
-                for records in batch.values():
-                    for r in records:
-                        if r.key is None or r.key.decode(errors="replace") not in wanted:
-                            continue
-                        with contextlib.suppress(Exception):
-                            response = responses_pb2.Response.FromString(r.value)
-                            if response.WhichOneof("outcome") in ("answer", "error"):
-                                found.add(response.request_id)
-                for tp in list(remaining):
-                    if await probe.position(tp) >= ends[tp]:
-                        remaining.discard(tp)
+            async for r in read_since(probe, parts, since):
+                if r.key is None or r.key.decode(errors="replace") not in wanted:
+                    continue
+                with contextlib.suppress(Exception):
+                    response = responses_pb2.Response.FromString(r.value)
+                    if response.WhichOneof("outcome") in ("answer", "error"):
+                        found.add(response.request_id)
             return found
         finally:
             await probe.stop()
