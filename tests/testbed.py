@@ -45,3 +45,14 @@ def episode_of(dataset_dir: Path, request_id: str) -> dict | None:
     except (FileNotFoundError, ValueError):
         return None
     return next((r for r in rows if r["request_id"] == request_id), None)
+
+
+def sandbox_available() -> bool:
+    """Whether this machine can build the code grader's sandbox (root and util-linux)."""
+    from baton_graders.code import SandboxUnavailable, _sandbox_tools
+
+    try:
+        _sandbox_tools()
+    except SandboxUnavailable:
+        return False
+    return True

@@ -18,20 +18,13 @@ import time
 import pytest
 
 from baton_graders import grade
-from baton_graders.code import SANDBOX_UID, SandboxUnavailable, _sandbox_tools
-
-
-def _sandbox_ok() -> bool:
-    try:
-        _sandbox_tools()
-    except SandboxUnavailable:
-        return False
-    return True
+from baton_graders.code import SANDBOX_UID, SandboxUnavailable
+from testbed import sandbox_available
 
 
 # A developer's machine without root may skip these; CI (root, util-linux) never does, so a sandbox
 # that stops building there fails the run instead of hiding behind a skip.
-jailed = pytest.mark.skipif(not _sandbox_ok() and not os.environ.get("CI"),
+jailed = pytest.mark.skipif(not sandbox_available() and not os.environ.get("CI"),
                             reason="the code sandbox needs root and util-linux here")
 
 SECRET = "baton-test-secret-7d1e0c"

@@ -17,7 +17,7 @@ import pytest
 from baton.v1 import common_pb2, requests_pb2, responses_pb2
 from faststream import TestApp
 
-from baton_graders.code import SandboxUnavailable, _sandbox_tools
+from testbed import sandbox_available
 from baton_platform import topics
 from baton_reward_logger.main import create_app
 from integration.helpers import config_for, ensure_topics, publish, settle, tracer
@@ -26,14 +26,6 @@ from integration.test_reward_logger_kafka import rows
 pytestmark = pytest.mark.kafka
 
 SECRET = "baton-attack-secret-39f1"
-
-
-def _sandbox_ok() -> bool:
-    try:
-        _sandbox_tools()
-    except SandboxUnavailable:
-        return False
-    return True
 
 
 def response(rid: str, answer: str, metadata: dict) -> bytes:
@@ -116,7 +108,7 @@ async def _run(config, data_dir, run, ids, client_target, item_target) -> None:
         assert r["quality"] is not None or r["reward_detail"].startswith("grading failed"), r["reward_detail"]
     assert ep["backtrack"]["reward_detail"].startswith("grading failed")
     assert ep["plain"]["quality"] == 1.0, "the ordinary episode after the attacks is graded"
-    if _sandbox_ok():
+    if sandbox_available():
         assert ep["write"]["quality"] == 0.0 and "Read-only file system" in ep["write"]["reward_detail"]
         assert ep["environ"]["quality"] == 0.0, ep["environ"]["reward_detail"]
         assert ep["loop"]["quality"] == 0.0 and "timed out" in ep["loop"]["reward_detail"]

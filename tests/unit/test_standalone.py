@@ -60,10 +60,10 @@ def test_no_tracked_file_names_a_path_outside_the_repository():
 
 def test_the_check_finds_each_kind_of_escape():
     config = REPO / "config" / "baton.yaml"
-    assert escapes(config, "dataset: ../../shared/data/routing/x.csv") == ["../../shared"]
+    assert escapes(config, "dataset: ../../beside/data/routing/x.csv") == ["../../beside"]
     assert escapes(config, "dataset: ../data/routing/x.csv") == []
-    assert escapes(REPO / "tests" / "t.py", 'DATA = REPO.parent / "shared" / "data"')
-    assert escapes(REPO / "README.md", "python -m x --in /work/shared/data/x.csv")
+    assert escapes(REPO / "tests" / "t.py", 'DATA = REPO.parent / "beside" / "data"')
+    assert escapes(REPO / "README.md", "python -m x --in /work/beside/data/x.csv")
     assert not escapes(REPO / "README.md", "see docs/x.md and https://example.org/work/")
 
 
