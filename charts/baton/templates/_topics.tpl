@@ -1,7 +1,7 @@
 {{/*
 The suite's topics and partition counts, as JSON {"items": [{name, partitions, config}]}. It mirrors
 baton_platform.topics.topic_plan: every topic gets kafka.partitions, baton.policy one compacted
-partition, and there is one baton.tasks.<provider> per provider in use.
+partition, baton.rewards one partition kept a week, and there is one baton.tasks.<provider> per provider in use.
 */}}
 {{- define "baton.topics" -}}
 {{- $n := int .Values.kafka.partitions -}}
@@ -10,6 +10,7 @@ partition, and there is one baton.tasks.<provider> per provider in use.
 {{- $items = append $items (dict "name" $name "partitions" $n "config" dict) -}}
 {{- end -}}
 {{- $items = append $items (dict "name" "baton.policy" "partitions" 1 "config" (dict "cleanup.policy" "compact")) -}}
+{{- $items = append $items (dict "name" "baton.rewards" "partitions" 1 "config" (dict "retention.ms" "604800000")) -}}
 {{- $providers := dict -}}
 {{- range .Values.workers }}{{ $_ := set $providers .provider true }}{{ end -}}
 {{- range $p := keys $providers | sortAlpha -}}

@@ -224,6 +224,10 @@ class PolicyConductorConfig(_Strict):
     version: str | None = Field(default=None, description="Name of the policy at `path`.")
     epsilon: float = Field(default=0.1, ge=0, le=1, description="Share of choices made uniformly at random, so "
                            "logged traffic keeps teaching the trainer; each choice's propensity is recorded.")
+    new_worker_share: float = Field(default=0.1, ge=0, le=1, description="Least share of traffic a configured "
+                                    "worker the policy was not trained with gets where it may still beat the "
+                                    "policy's choice; it is learned online from baton.rewards until the trainer "
+                                    "folds it in.")
 
 
 class ConductorConfig(_Strict):

@@ -5,6 +5,7 @@ WORKFLOW = "baton.workflow"
 RESPONSES = "baton.responses"
 FEEDBACK = "baton.feedback"
 POLICY = "baton.policy"
+REWARDS = "baton.rewards"
 DLQ = "baton.dlq"
 TASKS_PREFIX = "baton.tasks."
 LIMITS_PREFIX = "baton.limits."
@@ -44,6 +45,10 @@ def topic_plan(partitions: int, providers: list[str]) -> tuple[dict[str, int], d
     counts = {t: partitions for t in (REQUESTS, WORKFLOW, RESPONSES, FEEDBACK, DLQ)}
     counts[POLICY] = 1
     configs = {POLICY: {"cleanup.policy": "compact"}}
+    # Graded episodes for the routers' online learning: one partition, since every replica reads
+    # all of it, kept a week (the trainer folds new workers in from the episode files long before).
+    counts[REWARDS] = 1
+    configs[REWARDS] = {"retention.ms": str(7 * 24 * 3600 * 1000)}
     for provider in sorted(set(providers)):
         counts[tasks_topic(provider)] = partitions
         # One small compacted log per provider: the newest report of each executor replica.

@@ -90,6 +90,22 @@ class OutcomeMatrix:
         )
 
 
+def without(matrix: OutcomeMatrix, models: Sequence[str]) -> OutcomeMatrix:
+    """The matrix with these models' columns hidden (scores, costs, answers), as if never seen."""
+    missing = sorted(set(models) - set(matrix.models))
+    if missing:
+        raise ValueError(f"models not in the matrix: {missing}")
+    keep = [j for j, m in enumerate(matrix.models) if m not in set(models)]
+    return OutcomeMatrix(
+        sample_ids=list(matrix.sample_ids), eval_names=list(matrix.eval_names), prompts=list(matrix.prompts),
+        models=[matrix.models[j] for j in keep], scores=matrix.scores[:, keep], costs=matrix.costs[:, keep],
+        cost_source=matrix.cost_source, reference=matrix.reference,
+        answers=matrix.answers[:, keep] if matrix.answers is not None else None,
+        output_chars=matrix.output_chars[:, keep] if matrix.output_chars is not None else None,
+        unit_costs={m: c for m, c in matrix.unit_costs.items() if m not in set(models)},
+    )
+
+
 def read_rows(path: str | Path) -> tuple[list[str], list[dict[str, str]]]:
     _raise_field_limit()
     with open(path, newline="", encoding="utf-8") as fh:

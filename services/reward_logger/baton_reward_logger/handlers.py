@@ -8,20 +8,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import pyarrow as pa
 from aiokafka import ConsumerRebalanceListener, TopicPartition
-from baton.v1 import feedback_pb2, responses_pb2
+from baton.v1 import feedback_pb2, responses_pb2, rewards_pb2
 from faststream import AckPolicy
 from faststream.kafka import KafkaMessage
 from prometheus_client import Counter
 
 from baton_platform import topics
 from baton_platform.kafka import consumer_options
-from baton_platform.messages import PoisonMessage, decode
+from baton_platform.messages import PoisonMessage, decode, encode
 from baton_platform.offsets import OffsetTracker
 from baton_platform.service import Service
 
@@ -34,9 +35,13 @@ RowMaker = Callable[[bytes, int, int], "tuple[dict, int] | None"]
 
 
 class Sink(ConsumerRebalanceListener):
+    """``after_write``, if given, runs on each durable run of records before their offsets commit:
+    a crash in between repeats it with the file's rewrite, never skips it."""
+
     def __init__(self, service: Service, topic: str, writer: DatasetWriter, make_row: RowMaker,
-                 written: Counter) -> None:
+                 written: Counter, after_write: Callable[[list[Record]], Awaitable[None]] | None = None) -> None:
         self.service = service
+        self.after_write = after_write
         self.topic = topic
         self.writer = writer
         self.schema = writer.schema
@@ -102,6 +107,8 @@ class Sink(ConsumerRebalanceListener):
         if records:
             await asyncio.to_thread(self.writer.write, tp.partition, records)
             self._written.inc(len(records))
+            if self.after_write is not None:
+                await self.after_write(records)
             for r in records:
                 self.tracker.finish(tp, r.offset)
         if self._consumer is not None:
@@ -178,6 +185,26 @@ def response_row_maker(scheme, cost_weight: float, evals=None, grade_fn=None, ou
         return episode_row(response, reward, partition, offset), stamp
 
     return make
+
+
+def reward_publisher(service: Service) -> Callable[[list[Record]], Awaitable[None]]:
+    """Publishes each graded episode of a written run to baton.rewards, for the routers' online
+    learning. A router applies an episode once, so the repeat after a crash is harmless."""
+
+    async def publish(records: list[Record]) -> None:
+        sends = []
+        for r in records:
+            row = r.row
+            if row["quality"] is None or not row["plan_action"]:
+                continue
+            reward = rewards_pb2.Reward(
+                request_id=row["request_id"], action=row["plan_action"], policy_version=row["plan_policy_version"],
+                query=row["query"], eval_name=json.loads(row["metadata_json"]).get("eval_name", ""),
+                quality=row["quality"], cost_usd=row["cost_usd"], completed_unix_ms=row["completed_unix_ms"])
+            sends.append(service.broker.publish(encode(reward), topics.REWARDS, key=row["request_id"].encode()))
+        await asyncio.gather(*sends)
+
+    return publish
 
 
 def _outcome(reward) -> str:

@@ -13,7 +13,7 @@ from baton_platform.http import serve
 from baton_platform.service import Service
 
 from baton_reward_logger.episodes import EPISODE_SCHEMA, FEEDBACK_SCHEMA, DatasetWriter
-from baton_reward_logger.handlers import Flusher, Sink, feedback_row_maker, response_row_maker
+from baton_reward_logger.handlers import Flusher, Sink, feedback_row_maker, response_row_maker, reward_publisher
 
 SERVICE_NAME = "baton-reward-logger"
 
@@ -30,7 +30,8 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
     grader = IsolatedGrader(timeout_s=cfg.grading_timeout_s)
     sinks = [
         Sink(service, topics.RESPONSES, DatasetWriter(f"{root}/episodes", topics.RESPONSES, EPISODE_SCHEMA),
-             response_row_maker(cfg.reward_scheme, cfg.cost_weight, evals, grader.grade, outcomes), written),
+             response_row_maker(cfg.reward_scheme, cfg.cost_weight, evals, grader.grade, outcomes), written,
+             after_write=reward_publisher(service)),
         Sink(service, topics.FEEDBACK, DatasetWriter(f"{root}/feedback", topics.FEEDBACK, FEEDBACK_SCHEMA),
              feedback_row_maker(), written),
     ]

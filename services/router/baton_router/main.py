@@ -14,6 +14,7 @@ from baton_platform.service import Service
 
 from baton_router.conductor import build_backend
 from baton_router.handlers import register
+from baton_router.learning import register_rewards
 from baton_router.planning import Planner
 
 SERVICE_NAME = "baton-router"
@@ -24,6 +25,7 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
     service = Service.create(SERVICE_NAME, config, tracer_provider)
     backend = build_backend(config)
     commit_while_idle = register(service, Planner(config, backend), backend)
+    register_rewards(service, backend)
     loading: list[asyncio.Task] = []
 
     async def load_model() -> None:

@@ -329,6 +329,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="learned panels also use each member's text-predicted reliability (slower; stacked out of fold)")
     p.add_argument("--quality-target", type=float, default=0.95, help="fraction of the strong model's accuracy for the escalation figure")
     p.add_argument("--strong-model", help="strong model for the escalation figure (default: most accurate on TRAIN)")
+    p.add_argument("--new-worker", metavar="NAME", help="replay NAME's first day: hidden from training, met in the "
+                   "test stream with only its price, explored and learned online (see baton_trainer.newworker)")
+    p.add_argument("--new-worker-share", type=float, default=0.1, help="exploration share for --new-worker")
+    p.add_argument("--stream-order", choices=["shuffled", "file"], default="shuffled",
+                   help="order of the test stream for --new-worker (shuffled with --seed, or the file's)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     return p
 
@@ -340,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
         unit_costs = _parse_unit_costs(args.unit_cost)
         train = load_matrix(args.train, unit_costs=unit_costs)
         test = load_matrix(args.test, unit_costs=unit_costs)
+        if args.new_worker:
+            return _new_worker(args, train, test, log)
         result, policy, _ = run_replay(
             train,
             test,
@@ -360,6 +367,23 @@ def main(argv: list[str] | None = None) -> int:
         result["policy_dir"] = str(policy.save(args.save_policy))
     if args.report:
         result["report"] = write_report(result, args.report, title=f"Replay: {Path(args.test).name}")
+    print(json.dumps(result, indent=None if args.json else 2))
+    return 0
+
+
+def _new_worker(args, train: OutcomeMatrix, test: OutcomeMatrix, log) -> int:
+    from baton_trainer.newworker import plot_new_worker, run_new_worker
+
+    if train.models != test.models:
+        raise ValueError("train and test files must have the same model columns")
+    refuse_shared_questions(train, test)
+    result, series = run_new_worker(train, test, args.new_worker, cost_weight=args.cost_weight,
+                                    share=args.new_worker_share, seed=args.seed, order=args.stream_order,
+                                    folds=args.folds, singles_only=args.singles_only, log=log)
+    result["train_file"], result["test_file"] = args.train, args.test
+    if args.report:
+        result["plot"] = plot_new_worker(result, series, Path(args.report) / "new_worker.png")
+        (Path(args.report) / "result.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
     print(json.dumps(result, indent=None if args.json else 2))
     return 0
 

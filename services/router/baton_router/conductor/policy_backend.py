@@ -4,6 +4,10 @@ Until a policy is loaded it plans like a logging policy should: one step on a wo
 uniformly at random, with propensity 1/K, so the first traffic already teaches the trainer.
 A policy's choice (a worker, a vote or panel of workers, an escalation) becomes a plan: one step
 per worker reading nothing, plus a final step by the first worker that reads them all.
+
+The configuration may differ from what the policy was trained on. A configured worker the policy
+does not know gets traffic from the first request and is learned online from the graded episodes on
+baton.rewards (:mod:`baton_policy.newcomers`); a worker taken out of the configuration gets none.
 """
 
 from __future__ import annotations
@@ -11,9 +15,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections import deque
 from dataclasses import dataclass
 
-from baton.v1 import requests_pb2
+import numpy as np
+from baton.v1 import requests_pb2, rewards_pb2
 from baton_platform.config import BatonConfig
 from baton_workflow import Plan, query_text
 
@@ -25,11 +31,16 @@ ANSWER = "Answer the question. End with the final answer."
 COMBINE = "Several answers to the question are above. Give the answer most of them support, in the same format."
 
 
+# Rewards kept to teach the heads of a policy loaded later (a restart replays the topic into it).
+RECENT_REWARDS = 50_000
+
+
 @dataclass
 class Loaded:
     version: str
     uri: str
-    policy: object  # baton_policy.fastpolicy.Policy; imported lazily (numpy/scikit-learn)
+    policy: object  # baton_policy.fastpolicy.Policy; imported lazily (scikit-learn)
+    newcomers: object | None = None  # baton_policy.newcomers.Newcomers, when the workers differ
 
 
 class PolicyConductor:
@@ -41,7 +52,12 @@ class PolicyConductor:
         self._by_model = {(w.sim.column if w.sim and w.sim.column else w.model): w.name for w in config.workers}
         self._model_of = {name: model for model, name in self._by_model.items()}
         self._epsilon = config.conductor.policy.epsilon
+        self._share = config.conductor.policy.new_worker_share
+        self._price = {model: w.price.input_per_mtok + w.price.output_per_mtok
+                       for model, w in ((m, next(w for w in config.workers if w.name == n)) for m, n in self._by_model.items())}
+        self._recent: deque[rewards_pb2.Reward] = deque(maxlen=RECENT_REWARDS)
         self._rng = rng or random.Random()
+        self._np_rng = np.random.default_rng(self._rng.getrandbits(64))
         self._current: Loaded | None = None
         self.history: list[Loaded] = []
         if config.conductor.policy.path:
@@ -57,12 +73,47 @@ class PolicyConductor:
         from baton_policy import local_copy
 
         policy = Policy.load(local_copy(uri))
-        missing = sorted({m for w in policy.workflows for m in w.workers} - set(self._by_model))
-        if missing:
-            raise ValueError(f"policy {version} uses models no configured worker serves: {missing}")
-        self._current = Loaded(version, uri, policy)
-        self.history.append(self._current)
+        loaded = Loaded(version, uri, policy, self._newcomers(policy, version))
+        if loaded.newcomers is not None:
+            for reward in self._recent:
+                self._apply(loaded, reward)
+        self._current = loaded
+        self.history.append(loaded)
         log.info("serving policy %s from %s", version, uri)
+
+    def _newcomers(self, policy, version: str):
+        from baton_policy.newcomers import Newcomers
+
+        trained = {m for w in policy.workflows for m in w.workers}
+        removed = sorted(trained - set(self._by_model))
+        if all(set(w.workers) & set(removed) for w in policy.workflows):
+            raise ValueError(f"policy {version} uses models no configured worker serves: {removed}")
+        new = [m for m in self._by_model if m not in trained]
+        if not new and not removed:
+            return None
+        costs = {m: self._cost_in_policy_units(policy, m) for m in new}
+        log.info("policy %s: learning new workers %s online; removed workers %s get no traffic", version, new, removed)
+        return Newcomers(policy, costs, share=self._share, removed=removed)
+
+    def _cost_in_policy_units(self, policy, model: str) -> float:
+        """A new worker's configured price, in the units of the policy's costs (its training data's):
+        scaled by the known workers' ratio of policy cost to configured price."""
+        singles = {w.workers[0]: float(policy.mean_costs[a]) for a, w in enumerate(policy.workflows) if w.kind == "single"}
+        ratios = [c / self._price[m] for m, c in singles.items() if self._price.get(m, 0) > 0 and c > 0]
+        if ratios:
+            return self._price[model] * float(np.median(ratios))
+        return float(np.median(list(singles.values()))) if singles else 0.0
+
+    def learn(self, reward: rewards_pb2.Reward) -> bool:
+        """Take one graded episode from baton.rewards; True when it taught a new worker's head."""
+        self._recent.append(reward)
+        current = self._current
+        return current is not None and current.newcomers is not None and self._apply(current, reward)
+
+    @staticmethod
+    def _apply(loaded: Loaded, reward: rewards_pb2.Reward) -> bool:
+        return loaded.newcomers.update(reward.query, reward.eval_name or None, reward.action, reward.quality,
+                                       reward.request_id)
 
     async def propose(self, request: requests_pb2.ChatRequest) -> Proposal:
         if request.HasField("parent"):
@@ -78,7 +129,11 @@ class PolicyConductor:
                             action=self._model_of[worker])
         query = query_text([{"role": m.role, "content": m.content} for m in request.messages])
         eval_name = request.metadata.get("eval_name") or None
-        choice = await asyncio.to_thread(current.policy.choose, query, eval_name, epsilon=self._epsilon)
+        if current.newcomers is not None:
+            choice = await asyncio.to_thread(current.newcomers.choose, query, eval_name, epsilon=self._epsilon,
+                                             rng=self._np_rng)
+        else:
+            choice = await asyncio.to_thread(current.policy.choose, query, eval_name, epsilon=self._epsilon)
         names = [self._by_model[m] for m in choice.workers]
         return Proposal(plan=plan_for(names), policy_version=current.version, propensity=choice.propensity,
                         action=choice.workflow)

@@ -1,0 +1,245 @@
+"""Workers a fitted policy has never seen: traffic from the first request, learned online.
+
+A fitted :class:`~baton_policy.fastpolicy.Policy` has one head per workflow it was trained on, so a
+worker added to the configuration later would get no traffic until the trainer ran on episodes
+that contain it, and no episode can contain it while it gets no traffic. :class:`Newcomers` breaks
+that circle without a trainer run.
+
+Each newcomer gets an online head: probit regression on what the policy already knows of a query
+(see :class:`Newcomers`), with a Gaussian posterior over its weights that is updated in closed form
+after each reward (assumed-density filtering, the update of Graepel et al., "Web-scale Bayesian
+click-through rate prediction", ICML 2010, with a full covariance since the inputs are few). Its
+prior mean is the training quality of the known workers priced like it (:func:`price_prior`); its
+prior variance is wide, so its optimistic bound competes from the first request.
+
+Per query, the policy's greedy workflow has value ``v`` (quality minus priced cost). Newcomer k is
+chosen with probability ``P(sampled quality_k - W * cost_k / scale > v)`` under its posterior:
+Thompson sampling's own probability, computed exactly rather than sampled. While the head's upper
+bound (mean + 2 sd) is above ``v``, that probability is raised to at least the exploration share.
+If the newcomers' shares sum past 1 they are scaled down together; the rest goes to the policy's
+choice. Every share is exact, so the logged propensity is exact.
+
+Every router replica reads the same rewards and must reach the same heads: a fractional reward
+becomes a 0/1 outcome by a hash of the episode's id, never by a random draw, and a reward already
+applied is not applied twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.special import log_ndtr, ndtr, ndtri
+
+from .fastpolicy import Choice, Policy
+
+BETA = 1.0  # probit noise scale: quality = Phi(w.x / BETA)
+PRIOR_VAR = 1.0  # intercept variance: quality anywhere from about 0.1 to 0.9 at two sd
+FEATURE_VAR = 1.0  # per text feature (features are L2-normalised, so about one unit in all)
+
+
+class OnlineHead:
+    """Probit regression with a Gaussian posterior over its weights (full covariance: the inputs
+    are few and correlated); one closed-form update per outcome. ``feature_var`` is each weight's
+    prior variance; the intercept's is PRIOR_VAR."""
+
+    def __init__(self, feature_var: np.ndarray, prior_quality: float) -> None:
+        self.mean = np.zeros(len(feature_var) + 1)
+        self.cov = np.diag(np.append(np.asarray(feature_var, dtype=float), PRIOR_VAR))
+        p = float(np.clip(prior_quality, 0.02, 0.98))
+        self.prior = p
+        # Predictive quality with the features at zero is Phi(m / sqrt(BETA^2 + var)): solve it for p.
+        self.mean[-1] = float(ndtri(p)) * np.sqrt(BETA**2 + PRIOR_VAR)
+        self.updates = 0
+
+    def stats(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and variance of the score ``w.x`` per row."""
+        Z = np.hstack([X, np.ones((X.shape[0], 1))])
+        return Z @ self.mean, np.einsum("ij,jk,ik->i", Z, self.cov, Z)
+
+    def quality(self, X: np.ndarray) -> np.ndarray:
+        mu, s2 = self.stats(X)
+        return ndtr(mu / np.sqrt(BETA**2 + s2))
+
+    def upper(self, X: np.ndarray) -> np.ndarray:
+        """Quality at the score's mean plus two standard deviations."""
+        mu, s2 = self.stats(X)
+        return ndtr((mu + 2 * np.sqrt(s2)) / BETA)
+
+    def prob_above(self, X: np.ndarray, threshold: np.ndarray) -> np.ndarray:
+        """P(Phi(z / BETA) > threshold) for the score z ~ N(mu, s2) of each row."""
+        mu, s2 = self.stats(X)
+        t = np.clip(threshold, 1e-9, 1 - 1e-9)
+        p = 1.0 - ndtr((BETA * ndtri(t) - mu) / np.sqrt(s2))
+        return np.where(threshold <= 0, 1.0, np.where(threshold >= 1, 0.0, p))
+
+    def update(self, x: np.ndarray, outcome: bool) -> None:
+        z = np.append(np.asarray(x, dtype=float).ravel(), 1.0)
+        y = 1.0 if outcome else -1.0
+        cz = self.cov @ z
+        sigma2 = BETA**2 + float(z @ cz)
+        sigma = np.sqrt(sigma2)
+        t = y * float(z @ self.mean) / sigma
+        v = float(np.exp(-0.5 * t * t - 0.5 * np.log(2 * np.pi) - log_ndtr(t)))  # phi(t) / Phi(t)
+        w = v * (v + t)
+        self.mean += y * cz / sigma * v
+        self.cov -= np.outer(cz, cz) * (w / sigma2)
+        self.updates += 1
+
+
+def price_prior(known: Mapping[str, tuple[float, float]], cost: float) -> float:
+    """Expected quality of a worker costing ``cost``: the known workers' (cost, quality), weighted
+    by closeness in log cost, so a newcomer priced like the strong workers starts out like them."""
+    if not known:
+        return 0.5
+    costs = np.array([c for c, _ in known.values()], dtype=float)
+    quality = np.array([q for _, q in known.values()], dtype=float)
+    floor = max(float(costs[costs > 0].min()) if np.any(costs > 0) else 1.0, 1e-12) / 10
+    d = np.abs(np.log(np.maximum(costs, floor)) - np.log(max(cost, floor)))
+    w = np.exp(-d)
+    return float(np.average(quality, weights=w))
+
+
+def outcome_of(reward: float, key: str) -> bool:
+    """A 0/1 outcome for a reward in [0, 1], drawn by ``key``'s hash so every replica agrees."""
+    if reward >= 1.0:
+        return True
+    if reward <= 0.0:
+        return False
+    u = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") / 2**64
+    return u < reward
+
+
+@dataclass
+class Newcomer:
+    """One action that involves a new worker: the worker alone, or a vote with it in a seat."""
+
+    name: str
+    workers: tuple[str, ...]
+    kind: str
+    cost: float  # expected cost of the action, in the policy's cost units
+    head: OnlineHead
+
+
+class Newcomers:
+    """A fitted policy plus workers it does not know (see the module docstring).
+
+    A newcomer's head reads what the policy already knows of a query: how likely each known
+    worker is to get it right (centred log-odds of their heads: hard questions are hard for
+    everyone), and its eval name when it has one. A few dozen weights learn from a few hundred
+    rewards, where the policy's hashed text features would need thousands.
+
+    ``removed`` names workers whose workflows must get no traffic (taken out of the
+    configuration since the policy was trained)."""
+
+    def __init__(self, policy: Policy, costs: Mapping[str, float], *, share: float = 0.1,
+                 removed: Sequence[str] = (), priors: Mapping[str, float] | None = None) -> None:
+        if not 0.0 <= share <= 1.0:
+            raise ValueError(f"exploration share must lie in [0, 1], got {share}")
+        self.policy = policy
+        self.share = float(share)
+        gone = set(removed)
+        train_quality = policy.meta.get("train_quality", {})
+        self._known = [a for a, w in enumerate(policy.workflows) if w.kind == "single" and not set(w.workers) & gone]
+        self._centre = np.array([_logit(train_quality.get(policy.workflows[a].name, 0.5)) for a in self._known])
+        self._evals = len(policy.featurizer.eval_names)
+        feature_var = np.concatenate([np.full(len(self._known), 1.0 / max(len(self._known), 1)),
+                                      np.full(self._evals, 0.25)])
+        known = {policy.workflows[a].name: (float(policy.mean_costs[a]), float(train_quality.get(policy.workflows[a].name, 0.5)))
+                 for a in self._known}
+        priors = dict(priors or {})
+        self._allowed = np.array([not (set(w.workers) & gone) for w in policy.workflows])
+        votes = [a for a, w in enumerate(policy.workflows) if w.kind == "vote" and self._allowed[a]]
+        vote = min(votes, key=lambda a: len(policy.workflows[a].workers)) if votes else None
+        self.newcomers = []
+        for n, c in costs.items():
+            prior = priors.get(n, price_prior(known, float(c)))
+            self.newcomers.append(Newcomer(n, (n,), "single", float(c), OnlineHead(feature_var, prior)))
+            if vote is not None:
+                # The smallest vote with the new worker in the tie-breaking seat and the weakest
+                # member out: where panels beat any single worker, a strong newcomer helps most
+                # there. It learns its own head; a weak newcomer's vote soon stops being chosen.
+                base = policy.workflows[vote]
+                members = (n, *base.workers[:-1])
+                cost = float(c) + sum(float(policy.mean_costs[policy.names.index(m)]) for m in base.workers[:-1]
+                                      if m in policy.names)
+                q = float(train_quality.get(base.name, prior))
+                self.newcomers.append(Newcomer(f"{base.name}+{n}", members, "vote", cost, OnlineHead(feature_var, q)))
+        if not self._allowed.any() and not self.newcomers:
+            raise ValueError("every workflow of the policy uses a removed worker, and there is no other")
+        self._seen: set[str] = set()
+
+    @property
+    def names(self) -> list[str]:
+        return [n.name for n in self.newcomers]
+
+    def features(self, prompts: Sequence[str], eval_names: Sequence[str | None], quality: np.ndarray) -> np.ndarray:
+        """Newcomer-head inputs [n, d] from the policy's predicted ``quality`` [n, A] of the rows."""
+        transfer = _logit(quality[:, self._known]) - self._centre[None, :]
+        X = self.policy.featurizer.transform(prompts, eval_names)
+        evals = X[:, X.shape[1] - self._evals:].toarray() if self._evals else np.zeros((len(prompts), 0))
+        return np.hstack([transfer, evals])
+
+    def shares(self, F: np.ndarray, values: np.ndarray, cost_weight: float) -> tuple[np.ndarray, np.ndarray]:
+        """For rows with newcomer inputs ``F`` and the policy's ``values`` [n, A]: the policy's
+        greedy workflow per row, and the probability of each choice [n, 1 + K] (column 0: that
+        workflow, then each newcomer)."""
+        masked = np.where(self._allowed[None, :], values, -np.inf)
+        greedy = masked.argmax(1)
+        v = masked[np.arange(len(greedy)), greedy]
+        probs = np.zeros((len(greedy), 1 + len(self.newcomers)))
+        for k, n in enumerate(self.newcomers):
+            threshold = v + cost_weight * n.cost / self.policy.cost_scale
+            p = n.head.prob_above(F, threshold)
+            competitive = n.head.upper(F) > threshold
+            probs[:, 1 + k] = np.where(competitive, np.maximum(p, self.share), p)
+        total = probs[:, 1:].sum(1)
+        if not self._allowed.any():  # only newcomers are left
+            probs[:, 1:] /= np.maximum(total, 1e-12)[:, None]
+        else:
+            over = total > 1
+            probs[over, 1:] /= total[over, None]
+        probs[:, 0] = np.clip(1.0 - probs[:, 1:].sum(1), 0.0, 1.0)
+        return greedy, probs
+
+    def choose(self, prompt: str, eval_name: str | None = None, *, cost_weight: float | None = None,
+               epsilon: float = 0.0, rng: np.random.Generator | None = None) -> Choice:
+        """One choice and its propensity. ``epsilon`` is the policy's own exploration: within the
+        policy's share, that share of choices is uniform over its servable workflows."""
+        W = self.policy.cost_weight if cost_weight is None else cost_weight
+        q = self.policy.quality([prompt], [eval_name])
+        F = self.features([prompt], [eval_name], q)
+        greedy, probs = self.shares(F, self.policy.values([prompt], [eval_name], W, quality=q), W)
+        rng = rng or np.random.default_rng()
+        pick = int(rng.choice(probs.shape[1], p=probs[0] / probs[0].sum()))
+        if pick == 0:
+            allowed = np.flatnonzero(self._allowed)
+            a = int(greedy[0])
+            if epsilon > 0 and rng.random() < epsilon:
+                a = int(rng.choice(allowed))
+            within = (1 - epsilon) * (a == int(greedy[0])) + epsilon / len(allowed)
+            w = self.policy.workflows[a]
+            return Choice(w.name, list(w.workers), float(probs[0, 0] * within), w.kind)
+        n = self.newcomers[pick - 1]
+        return Choice(n.name, list(n.workers), float(probs[0, pick]), n.kind)
+
+    def update(self, prompt: str, eval_name: str | None, action: str, reward: float, key: str,
+               features: np.ndarray | None = None) -> bool:
+        """Learn from the reward (quality in [0, 1]) of one episode; False when the action is not
+        a newcomer or the episode (``key``) was already applied."""
+        target = next((n for n in self.newcomers if n.name == action), None)
+        if target is None or key in self._seen:
+            return False
+        self._seen.add(key)
+        if features is None:
+            features = self.features([prompt], [eval_name], self.policy.quality([prompt], [eval_name]))
+        target.head.update(features[0], outcome_of(reward, key))
+        return True
+
+
+def _logit(p):
+    p = np.clip(np.asarray(p, dtype=float), 1e-4, 1 - 1e-4)
+    return np.log(p / (1 - p))

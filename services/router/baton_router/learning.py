@@ -1,0 +1,34 @@
+"""Online learning from baton.rewards: graded episodes teach the policy conductor new workers.
+
+Every replica reads the whole topic from its start, without a consumer group, so every replica
+applies the same rewards in the same order and routes new workers alike; a restart rebuilds what
+it had learned from the retained log.
+"""
+
+from __future__ import annotations
+
+from baton.v1 import rewards_pb2
+from faststream import AckPolicy
+from faststream.kafka import KafkaMessage
+from prometheus_client import Counter
+
+from baton_platform import topics
+from baton_platform.messages import PoisonMessage, decode
+from baton_platform.service import Service
+
+
+def register_rewards(service: Service, backend) -> None:
+    if not hasattr(backend, "learn"):
+        return
+    learned = Counter("baton_rewards_learned", "Graded episodes that taught a new worker's online head",
+                      registry=service.registry)
+
+    @service.broker.subscriber(topics.REWARDS, auto_offset_reset="earliest", ack_policy=AckPolicy.ACK_FIRST)
+    async def on_reward(msg: KafkaMessage) -> None:
+        try:
+            reward = decode(rewards_pb2.Reward, msg.body)
+        except PoisonMessage as e:
+            await service.dead_letters.send(msg, str(e))
+            return
+        if backend.learn(reward):
+            learned.inc()

@@ -1,0 +1,175 @@
+"""A worker the fitted policy has never seen: served at once, explored, learned online, removable."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+
+import numpy as np
+import pytest
+from baton.v1 import common_pb2, requests_pb2, rewards_pb2
+from trainer_synth import ACCURACY, make_rows, topic_of, write_csv
+
+from baton_platform.config import load_config
+from baton_policy.fastpolicy import Episode, Policy
+from baton_policy.matrix import from_rows, without
+from baton_policy.newcomers import OnlineHead, Newcomers, outcome_of
+from baton_policy.workflows import single
+from baton_router.conductor.policy_backend import PolicyConductor
+from baton_trainer import replay
+
+NEW = "bio-expert"
+
+
+def test_the_online_head_learns_a_feature_dependent_rate():
+    head = OnlineHead(np.array([1.0, 1.0]), prior_quality=0.5)
+    rng = np.random.default_rng(0)
+    rows = {0: np.array([1.0, 0.0]), 1: np.array([0.0, 1.0])}
+    truth = {0: 0.9, 1: 0.2}
+    for _ in range(800):
+        k = int(rng.integers(2))
+        head.update(rows[k], bool(rng.random() < truth[k]))
+    got = head.quality(np.stack([rows[0], rows[1]]))
+    assert abs(got[0] - 0.9) < 0.08 and abs(got[1] - 0.2) < 0.08, got
+
+
+def test_the_chance_of_beating_a_threshold_is_exact():
+    head = OnlineHead(np.array([0.5]), prior_quality=0.6)
+    x = np.array([[0.8]])
+    mu, s2 = head.stats(x)
+    z = np.random.default_rng(1).normal(mu[0], np.sqrt(s2[0]), 200_000)
+    from scipy.special import ndtr
+
+    for threshold in (0.3, 0.6, 0.8):
+        sampled = float((ndtr(z / 1.0) > threshold).mean())
+        assert abs(head.prob_above(x, np.array([threshold]))[0] - sampled) < 0.01
+
+
+def test_fractional_rewards_become_outcomes_every_replica_agrees_on():
+    keys = [f"req-{i}" for i in range(20_000)]
+    first = [outcome_of(0.3, k) for k in keys]
+    assert first == [outcome_of(0.3, k) for k in keys]
+    assert abs(np.mean(first) - 0.3) < 0.01
+    assert outcome_of(1.0, "x") and not outcome_of(0.0, "x")
+
+
+@pytest.fixture(scope="module")
+def synthetic():
+    header, rows = make_rows(1500, seed=7)
+    matrix = from_rows(header, rows)
+    train, test = matrix.subset(range(900)), matrix.subset(range(900, 1500))
+    return train, test, Policy.fit_matrix(without(train, [NEW]), cost_weight=0.0)
+
+
+def stream(newcomers: Newcomers, test, rounds: int, seed: int = 0) -> list[tuple[str, str]]:
+    """Route test rows in turn, teaching the newcomers their outcomes; returns (topic, action)."""
+    rng = np.random.default_rng(seed)
+    col = {m: j for j, m in enumerate(test.models)}
+    out = []
+    for t in range(rounds):
+        i = t % len(test)
+        choice = newcomers.choose(test.prompts[i], test.eval_names[i], rng=rng)
+        if NEW in choice.workers:
+            newcomers.update(test.prompts[i], test.eval_names[i], choice.workflow, float(test.scores[i, col[NEW]]),
+                             test.sample_ids[i])
+        out.append((topic_of(test.prompts[i]), choice.workflow))
+    return out
+
+
+def test_a_new_worker_gets_traffic_at_once_and_learns_where_it_is_best(synthetic):
+    train, test, policy = synthetic
+    newcomers = Newcomers(policy, {NEW: 1.0}, share=0.1)
+    assert newcomers.names == [NEW], "no vote variant: the synthetic policy has no vote workflow"
+    routed = stream(newcomers, test, 600)
+    first = [a for _, a in routed[:100]]
+    assert first.count(NEW) >= 5, "the new worker is tried within the first 100 queries"
+    late = routed[400:]
+    bio = [a for t, a in late if t == "biology"]
+    other = [a for t, a in late if t != "biology"]
+    assert bio.count(NEW) / len(bio) > 0.8, "it took the queries it is best at"
+    assert other.count(NEW) / len(other) < 0.2, "and few of the others"
+    assert ACCURACY[NEW]["biology"] > max(ACCURACY[m]["biology"] for m in ACCURACY if m != NEW)
+
+
+def test_shares_are_probabilities_and_propensities_are_logged(synthetic):
+    _, test, policy = synthetic
+    newcomers = Newcomers(policy, {NEW: 1.0}, share=0.25)
+    F = newcomers.features(test.prompts[:50], test.eval_names[:50], policy.quality(test.prompts[:50], test.eval_names[:50]))
+    greedy, probs = newcomers.shares(F, policy.values(test.prompts[:50], test.eval_names[:50]), 0.0)
+    assert np.allclose(probs.sum(1), 1.0) and (probs >= 0).all()
+    assert (probs[:, 1] >= 0.25 - 1e-12).all(), "an untried worker gets at least the exploration share"
+    choice = newcomers.choose(test.prompts[0], test.eval_names[0], epsilon=0.1, rng=np.random.default_rng(3))
+    assert 0 < choice.propensity <= 1
+
+
+def test_a_removed_worker_gets_no_traffic_and_rewards_apply_once(synthetic):
+    _, test, policy = synthetic
+    newcomers = Newcomers(policy, {}, removed=["alg-expert"])
+    rng = np.random.default_rng(0)
+    picks = {newcomers.choose(p, e, epsilon=0.5, rng=rng).workflow for p, e in zip(test.prompts[:200], test.eval_names[:200])}
+    assert picks == {"cheap"}
+    learner = Newcomers(policy, {NEW: 1.0})
+    assert learner.update(test.prompts[0], None, NEW, 1.0, "r1") and not learner.update(test.prompts[0], None, NEW, 1.0, "r1")
+    assert not learner.update(test.prompts[0], None, "cheap", 1.0, "r2"), "known workers are the trainer's business"
+
+
+def request(text: str) -> requests_pb2.ChatRequest:
+    return requests_pb2.ChatRequest(request_id="r", messages=[common_pb2.ChatMessage(role="user", content=text)])
+
+
+def test_the_policy_conductor_serves_a_new_worker_and_learns_from_rewards(write_config, tmp_path):
+    """The config's three sim workers; the policy was trained on two of them."""
+    known = ["gemini-1.5-flash-002", "Meta-Llama-3_1-70B-Instruct"]
+    rng = random.Random(0)
+    episodes = [Episode(f"question {i} about {'stars' if i % 2 else 'cells'}", known[i % 2], float(rng.random() < 0.6), 0.5)
+                for i in range(300)]
+    policy = Policy.fit_logged(episodes, [single(m) for m in known])
+    config = load_config(write_config({"conductor": {"backend": "policy", "policy": {
+        "epsilon": 0.0, "new_worker_share": 0.2, "path": str(policy.save(tmp_path / "p")), "version": "v1"}}}))
+    conductor = PolicyConductor(config, rng=random.Random(1))
+    new = [p for p in (asyncio.run(conductor.propose(request(f"question {i} about cells"))) for i in range(100))
+           if p.action == "gemini-1.5-pro-002"]
+    assert new and {p.plan.workers[0] for p in new} == {"gemini-pro"}
+    assert all(0 < p.propensity < 1 for p in new), "a choice among several is logged with its share"
+    # smollm2 (the local model) is also a worker the policy does not know.
+    before = conductor._current.newcomers.newcomers[0].head.mean.copy()
+    taught = conductor.learn(rewards_pb2.Reward(request_id="e1", action="gemini-1.5-pro-002", query="question 1 about cells",
+                                                quality=1.0))
+    assert taught and not np.array_equal(before, conductor._current.newcomers.newcomers[0].head.mean)
+    assert not conductor.learn(rewards_pb2.Reward(request_id="e1", action="gemini-1.5-pro-002", query="q", quality=1.0))
+    # A newer policy loaded later is taught by the rewards already seen.
+    conductor.load(str(policy.save(tmp_path / "p2")), "v2")
+    assert conductor._current.newcomers.newcomers[0].head.updates == 1
+
+
+def test_removing_a_worker_from_the_configuration_takes_its_traffic_away(write_config, tmp_path):
+    models = ["gemini-1.5-pro-002", "gemini-1.5-flash-002", "Meta-Llama-3_1-70B-Instruct"]
+    episodes = [Episode(f"question {i}", models[i % 3], 1.0 if i % 3 == 0 else 0.0, 1 / 3) for i in range(300)]
+    policy = Policy.fit_logged(episodes, [single(m) for m in models])
+    data = json.loads(json.dumps(load_config(write_config()).model_dump(mode="json", exclude_none=True)))
+    cfg = load_config(write_config({"workers": [w for w in data["workers"] if w["name"] != "gemini-pro"],
+                                    "conductor": {"backend": "policy", "policy": {"epsilon": 0.3}}}))
+    conductor = PolicyConductor(cfg, rng=random.Random(2))
+    conductor.load(str(policy.save(tmp_path / "p")), "v1")
+    chosen = {asyncio.run(conductor.propose(request(f"question {i}"))).plan.workers[0] for i in range(200)}
+    assert "gemini-pro" not in chosen and "gemini-flash" in chosen
+
+
+def test_replay_of_a_new_workers_first_day(tmp_path):
+    header, rows = make_rows(1500, seed=11)
+    train = write_csv(tmp_path / "train.csv", header, rows[:900])
+    test = write_csv(tmp_path / "test.csv", header, rows[900:])
+    out = tmp_path / "report"
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert replay.main(["--train", str(train), "--test", str(test), "--new-worker", NEW, "--json", "--quiet",
+                            "--report", str(out)]) == 0
+    result = json.loads(buf.getvalue())
+    assert result["new_worker"] == NEW and len(result["new_worker_share_over_time"]) == 10
+    assert result["accuracy"] > result["without_new_worker"]["accuracy"] + 0.05
+    assert result["last_half"]["accuracy"] >= result["with_new_worker_from_start"]["last_half"]["accuracy"] - 0.03
+    assert (out / "new_worker.png").stat().st_size > 10_000
