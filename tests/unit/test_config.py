@@ -15,8 +15,17 @@ def test_the_shipped_default_config_is_valid_and_needs_no_key(monkeypatch):
     (local,) = [w for w in config.workers if w.local_server is not None]
     assert local.provider == "openai_compatible" and local.base_url.startswith("http://127.0.0.1:")
     assert all(w.fallback == local.name for w in sims)
-    assert "local" in local.card and "cannot answer" in local.card
+    assert "this machine" in local.card and "cannot answer" in local.card
     assert config.reward_logger.eval_sets["mmlu_pro"].path.is_file(), "so do the evaluation sets"
+
+
+def test_every_shipped_card_states_strengths_weaknesses_and_its_price_class():
+    import re
+
+    for worker in load_config(DEFAULT_CONFIG).workers:
+        form = re.fullmatch(r"Strengths: (.+)\. Weaknesses: (.+)\. Price: (free|low|medium|high)\.", worker.card)
+        assert form, f"{worker.name}: {worker.card!r}"
+        assert form.group(3) == worker.price.price_class, f"{worker.name} states the class its price has"
 
 
 def test_a_local_server_is_only_for_an_openai_compatible_worker(write_config):

@@ -48,6 +48,19 @@ class Price(_Strict):
     def cost(self, input_tokens: int, output_tokens: int) -> float:
         return (input_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1e6
 
+    @property
+    def per_mtok(self) -> float:
+        """One blended figure: a million tokens in plus a million out."""
+        return self.input_per_mtok + self.output_per_mtok
+
+    @property
+    def price_class(self) -> str:
+        """What a card states as its price: free, low (under $1 blended per million tokens),
+        medium (under $5) or high."""
+        if self.per_mtok == 0:
+            return "free"
+        return "low" if self.per_mtok < 1 else "medium" if self.per_mtok < 5 else "high"
+
 
 class SimSettings(_Strict):
     """The `sim` provider answers from a real outcome matrix (RouterBench CSV layout)."""

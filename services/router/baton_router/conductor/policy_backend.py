@@ -53,7 +53,7 @@ class PolicyConductor:
         self._model_of = {name: model for model, name in self._by_model.items()}
         self._epsilon = config.conductor.policy.epsilon
         self._share = config.conductor.policy.new_worker_share
-        self._price = {model: w.price.input_per_mtok + w.price.output_per_mtok
+        self._price = {model: w.price.per_mtok
                        for model, w in ((m, next(w for w in config.workers if w.name == n)) for m, n in self._by_model.items())}
         self._recent: deque[rewards_pb2.Reward] = deque(maxlen=RECENT_REWARDS)
         self._rng = rng or random.Random()

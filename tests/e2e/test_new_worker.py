@@ -1,0 +1,90 @@
+"""A worker the served policy was not trained with, end to end: it gets traffic among the first
+requests, its propensities are in the episodes, and its graded rewards reach the routers."""
+
+from __future__ import annotations
+
+import csv
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import openai
+import pyarrow.dataset as ds
+import pytest
+import yaml
+
+from baton_devtools.stack import Stack, free_port
+from baton_policy.fastpolicy import Policy
+from baton_policy.matrix import load_matrix, without
+from baton_policy.workflows import candidate_workflows
+from testbed import MMLU_PRO, default_config_data
+
+pytestmark = [pytest.mark.e2e, pytest.mark.kafka]
+
+NEW_MODEL = "Qwen1.5-110B"
+
+
+def test_a_new_worker_serves_at_once_and_learns_from_graded_rewards(kafka_bootstrap, tmp_path):
+    data = default_config_data()
+    served = {w["sim"]["column"] if w["sim"].get("column") else w["model"] for w in data["workers"]}
+    # The policy knows the three sim workers of the default pool only (a small singles-only fit).
+    matrix = load_matrix(MMLU_PRO)
+    known = without(matrix.subset(range(400)), [m for m in matrix.models if m not in served])
+    flows = candidate_workflows(known, vote_sizes=(), panel_sizes=(), escalate=())
+    policy_dir = Policy.fit_matrix(known, flows, tune_trust_folds=0).save(tmp_path / "policy")
+    data["workers"].append({"name": "qwen-110b", "provider": "sim", "model": NEW_MODEL,
+                            "sim": {"dataset": str(MMLU_PRO), "latency_ms": 20},
+                            "price": {"input_per_mtok": 0.9, "output_per_mtok": 0.9},
+                            "card": "Strengths: open weights. Weaknesses: untested here. Price: medium."})
+    data["conductor"] = {"backend": "policy", "policy": {"path": str(policy_dir), "version": "v0", "epsilon": 0.0,
+                                                         "new_worker_share": 0.2}}
+    data["kafka"] = {"partitions": 2}
+    data["reward_logger"] = {**data["reward_logger"], "flush_interval_s": 0.5}
+    cfg = tmp_path / "baton.yaml"
+    cfg.write_text(yaml.safe_dump(data))
+
+    csv.field_size_limit(sys.maxsize)
+    with MMLU_PRO.open(newline="") as f:
+        rows = [r for i, r in enumerate(csv.DictReader(f)) if 400 <= i < 500]
+    stack = Stack(tmp_path / "run", config_file=cfg, gateway_port=free_port(), bootstrap_servers=kafka_bootstrap)
+    stack.start(echo=lambda *_: None)
+    try:
+        client = openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0, timeout=60)
+
+        def ask(row):
+            raw = client.chat.completions.with_raw_response.create(
+                model="baton", messages=[{"role": "user", "content": row["prompt"]}],
+                metadata={"baton_eval": f"mmlu_pro:{row['sample_id']}"})
+            return raw.headers["x-baton-request-id"]
+
+        with ThreadPoolExecutor(8) as pool:
+            ids = set(pool.map(ask, rows))
+
+        def episodes():
+            root = stack.dataset_dir / "episodes"
+            if not any(root.rglob("*.parquet")):
+                return []
+            return [r for r in ds.dataset(root, format="parquet", partitioning="hive").to_table().to_pylist()
+                    if r["request_id"] in ids]
+
+        router = next(s for s in stack.services if s.name == "router")
+
+        def learned() -> float:
+            text = httpx.get(f"http://127.0.0.1:{router.port}/metrics", timeout=5).text
+            return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("baton_rewards_learned_total"))
+
+        deadline = time.monotonic() + 60
+        while (len(episodes()) < len(ids) or learned() == 0) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        logged, taught = episodes(), learned()
+    finally:
+        stack.stop()
+    assert len(logged) == 100
+    new = [r for r in logged if r["plan_action"] == NEW_MODEL]
+    assert new, "the new worker got traffic among the first 100 requests"
+    assert all(r["steps"][0]["worker"] == "qwen-110b" for r in new)
+    assert all(0 < r["plan_propensity"] < 1 for r in new), "its share of each choice is logged"
+    assert all(r["plan_policy_version"] == "v0" for r in logged)
+    graded_new = [r for r in new if r["quality"] is not None]
+    assert graded_new and taught >= 1, "graded rewards of its episodes reached the router over baton.rewards"
