@@ -98,11 +98,12 @@ class Reply:
     calls: list[Call] = field(default_factory=list)  # the tool calls the model makes instead of answering
     logprobs: int | None = None  # alternatives per token when log-probabilities were asked for
 
-    def token_logprobs(self) -> list[tuple[str, float, list[tuple[str, float]]]]:
-        """(token, logprob, alternatives) per whitespace piece of the text; made up but well formed."""
+    def token_logprobs(self, text: str | None = None) -> list[tuple[str, float, list[tuple[str, float]]]]:
+        """(token, logprob, alternatives) per word piece of `text` (a streamed piece; the whole answer by
+        default): made up, but well formed."""
         alternatives = self.logprobs or 0
-        return [(piece, -0.25, [(piece, -0.25)] + [(f"alt{k}", -2.0 - k) for k in range(1, alternatives)][:alternatives])
-                for piece in word_pieces(self.text)]
+        return [(piece, -0.25, ([(piece, -0.25)] + [(f"alt{k}", -2.0 - k) for k in range(1, alternatives)])[:alternatives])
+                for piece in word_pieces(self.text if text is None else text)]
 
 
 def count_tokens(text: str) -> int:

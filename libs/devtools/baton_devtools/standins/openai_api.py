@@ -20,7 +20,6 @@ from .core import (
     retry_after_header,
     sse,
     text_of,
-    word_pieces,
 )
 from .behaviour import Wants
 
@@ -383,13 +382,12 @@ class OpenAIDialect(Dialect):
             return [{"index": 0, "delta": d, "logprobs": None, "finish_reason": finish}]
 
         events = [self._chunk(parsed, reply, created, delta({"role": "assistant", "content": "", "refusal": None}))]
-        logprobs = iter(reply.token_logprobs())
         for piece in chunks:
             if piece:
                 d = [{"index": 0, "delta": {"content": piece}, "finish_reason": None, "logprobs": None}]
                 if reply.logprobs is not None:
                     # The tokens of this piece: the whitespace pieces it is made of.
-                    d[0]["logprobs"] = _logprob_content([next(logprobs) for _ in word_pieces(piece)])
+                    d[0]["logprobs"] = _logprob_content(reply.token_logprobs(piece))
                 events.append(self._chunk(parsed, reply, created, d))
         for index, call in enumerate(reply.calls):
             # As the real API streams a call: id and name first, then the arguments in pieces.

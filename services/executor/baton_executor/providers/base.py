@@ -66,7 +66,7 @@ class AnswerSpec:
     def given(self) -> set[str]:
         """The names (OpenAI's) of the options this spec sets."""
         names = {"tools": bool(self.tools), "tool_choice": bool(self.tool_choice),
-                 "parallel_tool_calls": self.parallel_tool_calls is not None,
+                 "parallel_tool_calls": self.parallel_tool_calls is False,  # True is every API's default
                  "response_format": bool(self.response_format), "top_p": self.top_p is not None,
                  "stop": bool(self.stop), "seed": self.seed is not None, "logprobs": self.logprobs,
                  "top_logprobs": bool(self.top_logprobs), "user": bool(self.user),
