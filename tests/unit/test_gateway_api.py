@@ -25,7 +25,7 @@ def test_a_plain_openai_request_parses():
     ({"model": "baton", "messages": [{"role": "system", "content": "only system"}]}, "non-empty user message"),
     ({"model": "baton", "messages": [{"role": "wizard", "content": "x"}]}, "messages.0.role"),
     ({"model": "baton", "messages": [{"role": "user", "content": "x"}, {"role": "tool", "content": "y"}]},
-     "messages.1: a tool message needs the tool_call_id"),
+     "messages.1.tool_call_id: Field required"),
     ({"model": "baton", "messages": [{"role": "user", "content": "x"}], "temperature": 7}, "temperature"),
     ({"model": "baton", "messages": [{"role": "user", "content": "x"}], "n": 3}, "n"),
     # Found by the fuzz suite: each once reached the wire format and failed there with a 500.
@@ -100,6 +100,7 @@ TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {
     ({"functions": [{"name": "f"}]}, "functions"),
     ({"reasoning_effort": "high"}, "reasoning_effort"),
     ({"store": True}, "store"),
+    ({"messages": [{"role": "user", "content": "x", "tool_calls": []}]}, "messages.0.tool_calls"),
     ({"no_such_parameter": 1}, "no_such_parameter"),
     ({"n": 2}, "n"),
     ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
@@ -157,3 +158,15 @@ def test_supported_parameters_reach_the_answer_options_and_messages():
     msgs = messages_proto(req)
     assert msgs[1].tool_calls[0].name == "get_weather" and msgs[1].tool_calls[0].arguments == '{"city": "Oslo"}'
     assert (msgs[2].role, msgs[2].tool_call_id, msgs[2].name, msgs[2].content) == ("tool", "c1", "get_weather", "rain")
+
+
+def test_a_schema_that_is_not_json_schema_is_a_400_naming_where():
+    for body, param in (
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": 5}}}},
+         "response_format.json_schema.schema"),
+        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"required": "city"}}}]},
+         "tools.0.function.parameters"),
+    ):
+        with pytest.raises(ApiError) as err:
+            parse({"model": "baton", "messages": USER, **body})
+        assert err.value.param == param and "not a valid JSON Schema" in err.value.message

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from baton.v1 import common_pb2, feedback_pb2, responses_pb2
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from baton_gateway.params import INT32_MAX, ChatCompletionRequest, param_of
+from baton_gateway.params import INT32_MAX, ChatCompletionRequest, param_at, param_of
 
 DEFAULT_POLICY = "baton"
 
@@ -72,7 +72,7 @@ def parse_chat_request(raw: bytes, known_models: set[str]) -> ChatCompletionRequ
     except ValidationError as e:
         first = e.errors()[0]
         if first["loc"]:
-            param = ".".join(str(p) for p in first["loc"])
+            param = param_at(first)
             if first["type"] == "extra_forbidden":
                 raise ApiError(400, f"invalid request: {param}: this parameter is not supported", param=param) from None
             message = first["msg"].removeprefix("Value error, ")

@@ -10,8 +10,9 @@ them, so nothing a client sends is dropped silently. README ("Chat-completions p
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
+import jsonschema
 from baton.v1 import common_pb2
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -66,30 +67,39 @@ class ToolCallIn(_Strict):
     function: FunctionCall
 
 
-class MessageIn(BaseModel):
-    # Unknown message fields are refused too: a field the workers never see would be dropped.
-    model_config = ConfigDict(extra="forbid", strict=True)
-    role: Literal["system", "developer", "user", "assistant", "tool"]
+class _Turn(_Strict):
     content: Content = None
     name: str | None = Field(default=None, max_length=256)
-    # An assistant turn that called tools, and the tool turns that answer those calls.
-    tool_calls: list[ToolCallIn] | None = None
-    tool_call_id: str | None = Field(default=None, min_length=1, max_length=512)
-    # An assistant turn a model refused in: what it said.
-    refusal: str | None = None
 
-    @model_validator(mode="after")
-    def _fields_fit_role(self) -> "MessageIn":
-        if self.tool_calls and self.role != "assistant":
-            raise ValueError("only an assistant message may hold tool_calls")
-        if self.role == "tool" and not self.tool_call_id:
-            raise ValueError("a tool message needs the tool_call_id of the call it answers")
-        if self.tool_call_id and self.role != "tool":
-            raise ValueError("only a tool message may hold tool_call_id")
-        return self
+    def text(self) -> str:
+        return text_of(self.content)
+
+
+class SystemMessage(_Turn):
+    role: Literal["system", "developer"]
+
+
+class UserMessage(_Turn):
+    role: Literal["user"]
+
+
+class AssistantMessage(_Turn):
+    role: Literal["assistant"]
+    tool_calls: list[ToolCallIn] | None = None
+    refusal: str | None = None  # what a model said when it refused; its text when there is no content
 
     def text(self) -> str:
         return text_of(self.content) or (self.refusal or "")
+
+
+class ToolMessage(_Turn):
+    role: Literal["tool"]
+    tool_call_id: str = Field(min_length=1, max_length=512, description="The assistant tool call this answers.")
+
+
+# One model per role, so the published schema says which fields each role may carry. Unknown fields
+# are refused: a field the workers never see would be dropped.
+MessageIn = Annotated[SystemMessage | UserMessage | AssistantMessage | ToolMessage, Field(discriminator="role")]
 
 
 class StreamOptions(_Strict):
@@ -147,7 +157,7 @@ class ChatCompletionRequest(BaseModel):
     max_completion_tokens: int | None = Field(default=None, gt=0, le=INT32_MAX)
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, ge=0, le=1)
-    stop: str | list[str] | None = None
+    stop: str | list[str] | None = Field(default=None, max_length=4)
     seed: int | None = Field(default=None, ge=-INT64_MAX, le=INT64_MAX)
     logprobs: bool | None = None
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
@@ -162,7 +172,7 @@ class ChatCompletionRequest(BaseModel):
     response_format: ResponseFormat | None = None
     stream: bool | None = False
     stream_options: StreamOptions | None = None
-    store: bool | None = Field(default=None, description="Only false: Baton keeps no completions to list later.")
+    store: Literal[False] | None = Field(default=None, description="Only false: Baton keeps no completions to list later.")
     metadata: dict[str, str] | None = Field(
         default=None, description="Strings. Baton reads baton_max_cost_usd and baton_max_calls (a budget), and "
         "baton_eval, 'SET:ID', an item of the operator's evaluation sets to grade the answer by (needs a key with "
@@ -194,12 +204,9 @@ class ChatCompletionRequest(BaseModel):
             raise ValueError("messages must include a non-empty user message")
         called: set[str] = set()
         for i, m in enumerate(self.messages):
-            called.update(c.id for c in m.tool_calls or ())
-            if m.role == "tool" and m.tool_call_id not in called:
+            called.update(c.id for c in getattr(m, "tool_calls", None) or ())
+            if isinstance(m, ToolMessage) and m.tool_call_id not in called:
                 raise ValueError(f"messages.{i}: tool_call_id {m.tool_call_id!r} answers no earlier assistant tool call")
-        stops = [self.stop] if isinstance(self.stop, str) else self.stop or []
-        if len(stops) > 4:
-            raise ValueError("stop holds at most 4 sequences")
         if self.top_logprobs is not None and not self.logprobs:
             raise ValueError("top_logprobs needs logprobs: true")
         names = [t.function.name for t in self.tools or ()]
@@ -211,8 +218,14 @@ class ChatCompletionRequest(BaseModel):
             raise ValueError(f"tool_choice names {self.tool_choice.function.name!r}, which is not in tools")
         if self.parallel_tool_calls is not None and not self.tools:
             raise ValueError("parallel_tool_calls needs tools")
-        if self.store:
-            raise ValueError("store: true is not supported: Baton keeps no completions to list later")
+        schemas = [(f"tools.{i}.function.parameters", t.function.parameters) for i, t in enumerate(self.tools or ())]
+        if self.response_format is not None and self.response_format.json_schema is not None:
+            schemas.append(("response_format.json_schema.schema", self.response_format.json_schema.schema_))
+        for where, schema in schemas:
+            try:
+                jsonschema.Draft202012Validator.check_schema(schema or {})
+            except jsonschema.SchemaError as e:
+                raise ValueError(f"{where} is not a valid JSON Schema: {e.message}") from None
         for token, bias in (self.logit_bias or {}).items():
             if not token.isdigit() or not -100 <= bias <= 100:
                 raise ValueError("logit_bias maps token ids to biases from -100 to 100")
@@ -220,6 +233,20 @@ class ChatCompletionRequest(BaseModel):
 
     def stops(self) -> list[str]:
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+
+
+ROLE_TAGS = {"system", "developer", "user", "assistant", "tool"}
+
+
+def param_at(error: dict[str, Any]) -> str:
+    """The parameter a field error is about, as the client wrote it: messages.1.content, not the
+    role-tagged path the per-role models give it (messages.1.user.content)."""
+    loc = [str(p) for p in error["loc"]]
+    if len(loc) > 2 and loc[0] == "messages" and loc[2] in ROLE_TAGS:
+        del loc[2]
+    if error["type"] in ("union_tag_invalid", "union_tag_not_found"):
+        loc.append("role")
+    return ".".join(loc)
 
 
 def param_of(message: str) -> str | None:
@@ -233,8 +260,8 @@ def messages_proto(req: ChatCompletionRequest) -> list[common_pb2.ChatMessage]:
     out = []
     for m in req.messages:
         msg = common_pb2.ChatMessage(role="system" if m.role == "developer" else m.role, content=m.text(),
-                                     tool_call_id=m.tool_call_id or "", name=m.name or "")
-        for c in m.tool_calls or ():
+                                     tool_call_id=getattr(m, "tool_call_id", ""), name=m.name or "")
+        for c in getattr(m, "tool_calls", None) or ():
             msg.tool_calls.add(id=c.id, name=c.function.name, arguments=c.function.arguments)
         out.append(msg)
     # A tool turn carries its call's function name: Gemini matches results to calls by name.

@@ -60,7 +60,8 @@ def tool_calls(wants: Wants, transcript: list[tuple[str, str]], request_no: int)
         # The tool with the most name parts ("get_weather": get, weather) among the user's words.
         name = max(names, key=lambda n: sum(part in words for part in n.lower().split("_")))
     schema = dict(wants.tools)[name]
-    return [Call(id=f"call_standin{request_no:06d}", name=name, arguments=instance(schema, user))]
+    arguments = instance(schema, user)
+    return [Call(id=f"call_standin{request_no:06d}", name=name, arguments=arguments if isinstance(arguments, dict) else {})]
 
 
 def json_answer(wants: Wants, transcript: list[tuple[str, str]], echo: str) -> str | None:
@@ -81,15 +82,24 @@ def last_user(transcript: list[tuple[str, str]]) -> str:
     return next((text for role, text in reversed(transcript) if role == "user"), "")
 
 
-def instance(schema: dict[str, Any], hint: str, root: dict[str, Any] | None = None) -> Any:
-    """A value valid under `schema` (the JSON Schema subset tool and response schemas use)."""
-    root = root if root is not None else schema
+def instance(schema: Any, hint: str) -> Any:
+    """A value valid under `schema` (the JSON Schema subset tool and response schemas use); for a
+    schema outside that subset, a best effort that never fails (a model answers something)."""
+    try:
+        return _instance(schema, hint, schema, depth=0)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, RecursionError):
+        return {}
+
+
+def _instance(schema: Any, hint: str, root: Any, depth: int) -> Any:
+    if not isinstance(schema, dict) or depth > 20:
+        return None
     if "$ref" in schema:
         ref = schema["$ref"]
         target: Any = root
         for part in ref.removeprefix("#/").split("/"):
             target = target[part]
-        return instance(target, hint, root)
+        return _instance(target, hint, root, depth + 1)
     if "const" in schema:
         return schema["const"]
     if schema.get("enum"):
@@ -97,16 +107,16 @@ def instance(schema: dict[str, Any], hint: str, root: dict[str, Any] | None = No
     for key in ("anyOf", "oneOf", "allOf"):
         if schema.get(key):
             options = [s for s in schema[key] if s.get("type") != "null"] or schema[key]
-            return instance(options[0], hint, root)
+            return _instance(options[0], hint, root, depth + 1)
     kind = schema.get("type", "object")
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "null")
     numbers = _NUMBER.findall(hint)
     if kind == "object":
         props = schema.get("properties") or {}
-        return {name: instance(sub, hint, root) for name, sub in props.items()}
+        return {name: _instance(sub, hint, root, depth + 1) for name, sub in props.items()}
     if kind == "array":
-        return [instance(schema.get("items") or {"type": "string"}, hint, root)]
+        return [_instance(schema.get("items") or {"type": "string"}, hint, root, depth + 1)]
     if kind == "string":
         words = _CAPITALISED.findall(hint)
         return words[-1] if words else "baton"
