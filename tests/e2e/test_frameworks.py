@@ -15,12 +15,10 @@ import json
 import httpx
 import openai
 import pytest
-import yaml
 from pydantic import BaseModel
 
-from baton_devtools.stack import Stack, free_port
 from baton_devtools.standins.server import reset_standin, run_standin, standin_requests
-from testbed import default_config_data
+from testbed import default_config_data, running_stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kafka]
 
@@ -37,16 +35,9 @@ def stack(kafka_bootstrap, tmp_path_factory):
                                     "base_url": standin_url})
         data["conductor"]["plan"] = {"workers": ["drafter", "answerer"], "subtasks": [DRAFT, ANSWER],
                                      "access": [[], [0]]}
-        run_dir = tmp_path_factory.mktemp("frameworks")
-        cfg = run_dir / "baton.yaml"
-        cfg.write_text(yaml.safe_dump(data))
-        st = Stack(run_dir, config_file=cfg, gateway_port=free_port(), bootstrap_servers=kafka_bootstrap)
-        st.start(echo=lambda *_: None)
-        st.standin_url = standin_url
-        try:
+        with running_stack(data, tmp_path_factory.mktemp("frameworks"), kafka_bootstrap) as st:
+            st.standin_url = standin_url
             yield st
-        finally:
-            st.stop()
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ them, so nothing a client sends is dropped silently. README ("Chat-completions p
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated, Any, Literal
 
 import jsonschema
@@ -19,6 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
+# A character that is not whitespace as the published schema's pattern `\S` means it (ECMA-262, which
+# JSON Schema uses): Python's own notion also counts control characters such as \x1f as whitespace.
+_VISIBLE = re.compile("[^\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]")
 
 # Parameters of OpenAI's API that Baton refuses, and why (the 400 says so).
 REFUSED = {
@@ -200,7 +204,7 @@ class ChatCompletionRequest(BaseModel):
     def _consistent(self) -> "ChatCompletionRequest":
         if not self.messages:
             raise ValueError("messages must hold at least one message")
-        if not any(m.role == "user" and m.text().strip() for m in self.messages):
+        if not any(m.role == "user" and _VISIBLE.search(m.text()) for m in self.messages):
             raise ValueError("messages must include a non-empty user message")
         called: set[str] = set()
         for i, m in enumerate(self.messages):

@@ -10,7 +10,7 @@ import httpx
 
 from ._http import HttpProvider, arguments_object, int_or_zero, iter_sse, tool_turns
 from .base import (AnswerSpec, ProviderCall, ProviderError, ProviderReply, ToolCall, parse_retry_after,
-                   parse_rfc3339_delay)
+                   parse_rfc3339_delay, sampling_fields)
 
 ANTHROPIC_VERSION = "2023-06-01"
 # Anthropic requires max_tokens even when the caller configured no default.
@@ -68,10 +68,7 @@ def _spec_fields(spec: AnswerSpec) -> dict[str, Any]:
     if spec.response_format == "json_schema":
         # Anthropic's structured outputs; json_object has no equivalent and is checked after the call.
         body["output_config"] = {"format": {"type": "json_schema", "schema": spec.schema or {}}}
-    if spec.top_p is not None:
-        body["top_p"] = spec.top_p
-    if spec.stop:
-        body["stop_sequences"] = list(spec.stop)
+    body.update(sampling_fields(spec, {"top_p": "top_p", "stop": "stop_sequences"}))
     if spec.user:
         body["metadata"] = {"user_id": spec.user}
     return body

@@ -78,6 +78,16 @@ class AnswerSpec:
 NO_SPEC = AnswerSpec()
 
 
+def sampling_fields(spec: AnswerSpec, names: Mapping[str, str]) -> dict[str, Any]:
+    """The spec's sampling options that are set, under an API's field names (`names`: OpenAI's name ->
+    the API's, for the options the API has)."""
+    values = {"top_p": spec.top_p, "seed": spec.seed, "presence_penalty": spec.presence_penalty,
+              "frequency_penalty": spec.frequency_penalty, "stop": list(spec.stop) or None,
+              "logprobs": True if spec.logprobs else None,
+              "top_logprobs": spec.top_logprobs if spec.logprobs and spec.top_logprobs else None}
+    return {names[k]: v for k, v in values.items() if v is not None and k in names}
+
+
 @dataclass(frozen=True)
 class ProviderCall:
     model: str

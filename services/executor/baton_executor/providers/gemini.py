@@ -15,7 +15,7 @@ import httpx
 
 from ._http import HttpProvider, arguments_object, int_or_zero, iter_sse, tool_turns
 from .base import (AnswerSpec, ProviderCall, ProviderError, ProviderReply, TokenLogprob, ToolCall, parse_go_duration,
-                   parse_retry_after)
+                   parse_retry_after, sampling_fields)
 
 _CONTEXT_OVERFLOW = re.compile(
     r"exceeds the maximum number of tokens|token count.*exceed|exceeds the context window|too many tokens",
@@ -71,17 +71,9 @@ def _tool_fields(spec: AnswerSpec) -> dict[str, Any]:
 
 
 def _generation_fields(spec: AnswerSpec) -> dict[str, Any]:
-    config: dict[str, Any] = {}
-    for name, field in (("top_p", "topP"), ("seed", "seed"), ("presence_penalty", "presencePenalty"),
-                        ("frequency_penalty", "frequencyPenalty")):
-        if getattr(spec, name) is not None:
-            config[field] = getattr(spec, name)
-    if spec.stop:
-        config["stopSequences"] = list(spec.stop)
-    if spec.logprobs:
-        config["responseLogprobs"] = True
-        if spec.top_logprobs:
-            config["logprobs"] = spec.top_logprobs
+    config = sampling_fields(spec, {"top_p": "topP", "seed": "seed", "presence_penalty": "presencePenalty",
+                                    "frequency_penalty": "frequencyPenalty", "stop": "stopSequences",
+                                    "logprobs": "responseLogprobs", "top_logprobs": "logprobs"})
     if spec.response_format:
         config["responseMimeType"] = "application/json"
         if spec.response_format == "json_schema":

@@ -9,7 +9,7 @@ import httpx
 
 from ._http import HttpProvider, int_or_zero, iter_sse
 from .base import (AnswerSpec, ProviderCall, ProviderError, ProviderReply, TokenLogprob, ToolCall, parse_go_duration,
-                   parse_retry_after)
+                   parse_retry_after, sampling_fields)
 
 _CONTEXT_OVERFLOW = re.compile(
     r"maximum context length|context_length_exceeded|maximum model length|context window|"
@@ -20,6 +20,10 @@ _CONTEXT_OVERFLOW = re.compile(
 _FINAL_STREAM_ERRORS = frozenset(
     {"invalid_request_error", "authentication_error", "permission_error", "not_found_error", "insufficient_quota"}
 )
+
+
+_SAMPLING = {name: name for name in ("top_p", "seed", "presence_penalty", "frequency_penalty", "stop", "logprobs",
+                                      "top_logprobs")}
 
 
 def _message(m: dict[str, Any]) -> dict[str, Any]:
@@ -53,15 +57,7 @@ def _spec_fields(spec: AnswerSpec) -> dict[str, Any]:
     elif spec.response_format == "json_schema":
         body["response_format"] = {"type": "json_schema", "json_schema": {
             "name": spec.schema_name, "schema": spec.schema or {}, "strict": spec.schema_strict}}
-    for name in ("top_p", "seed", "presence_penalty", "frequency_penalty"):
-        if getattr(spec, name) is not None:
-            body[name] = getattr(spec, name)
-    if spec.stop:
-        body["stop"] = list(spec.stop)
-    if spec.logprobs:
-        body["logprobs"] = True
-        if spec.top_logprobs:
-            body["top_logprobs"] = spec.top_logprobs
+    body.update(sampling_fields(spec, _SAMPLING))
     if spec.user:
         body["user"] = spec.user
     if spec.logit_bias:
