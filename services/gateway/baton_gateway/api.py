@@ -11,7 +11,7 @@ from typing import Any, Literal
 from baton.v1 import common_pb2, feedback_pb2, responses_pb2
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from baton_gateway.params import INT32_MAX, ChatCompletionRequest, param_at, param_of
+from baton_gateway.params import INT32_MAX, ChatCompletionRequest, first_error, param_at, param_of
 
 DEFAULT_POLICY = "baton"
 
@@ -70,7 +70,7 @@ def parse_chat_request(raw: bytes, known_models: set[str]) -> ChatCompletionRequ
     try:
         req = ChatCompletionRequest.model_validate(data)
     except ValidationError as e:
-        first = e.errors()[0]
+        first = first_error(e.errors())
         if first["loc"]:
             param = param_at(first)
             if first["type"] == "extra_forbidden":

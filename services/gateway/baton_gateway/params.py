@@ -161,7 +161,7 @@ class ChatCompletionRequest(BaseModel):
     max_completion_tokens: int | None = Field(default=None, gt=0, le=INT32_MAX)
     temperature: float | None = Field(default=None, ge=0, le=2)
     top_p: float | None = Field(default=None, ge=0, le=1)
-    stop: str | list[str] | None = Field(default=None, max_length=4)
+    stop: str | Annotated[list[str], Field(max_length=4)] | None = None
     seed: int | None = Field(default=None, ge=-INT64_MAX, le=INT64_MAX)
     logprobs: bool | None = None
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
@@ -242,12 +242,23 @@ class ChatCompletionRequest(BaseModel):
 ROLE_TAGS = {"system", "developer", "user", "assistant", "tool"}
 
 
+_FIELD = re.compile(r"[a-z_][a-z0-9_]*|\d+")
+_UNION_MEMBERS = {"str", "int", "float", "bool"}
+
+
+def first_error(errors: list[dict[str, Any]]) -> dict[str, Any]:
+    """The error to report: of a value that fits no member of a union, the one about the member whose
+    type it has (a list too long), not about a member it is not (a list that is not a string)."""
+    return next((e for e in errors if not e["type"].endswith("_type")), errors[0])
+
+
 def param_at(error: dict[str, Any]) -> str:
     """The parameter a field error is about, as the client wrote it: messages.1.content, not the
-    role-tagged path the per-role models give it (messages.1.user.content)."""
+    path through the models' unions that pydantic gives (messages.1.user.content.list[TextPart])."""
     loc = [str(p) for p in error["loc"]]
     if len(loc) > 2 and loc[0] == "messages" and loc[2] in ROLE_TAGS:
         del loc[2]
+    loc = [p for p in loc if _FIELD.fullmatch(p) and p not in _UNION_MEMBERS]
     if error["type"] in ("union_tag_invalid", "union_tag_not_found"):
         loc.append("role")
     return ".".join(loc)
