@@ -109,7 +109,7 @@ TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {
     ({"tools": [TOOL], "tool_choice": {"type": "function", "function": {"name": "other"}}}, "tool_choice"),
     ({"tools": [TOOL, TOOL]}, "tools"),
     ({"tools": [{"type": "custom", "custom": {"name": "x"}}]}, "tools.0.type"),
-    ({"response_format": {"type": "json_schema"}}, "response_format"),
+    ({"response_format": {"type": "json_schema"}}, "response_format.json_schema"),
     ({"response_format": {"type": "yaml"}}, "response_format.type"),
     ({"logit_bias": {"abc": 5}}, "logit_bias"),
     ({"top_p": 1.5}, "top_p"),

@@ -62,8 +62,9 @@ def check_reply(spec: AnswerSpec, reply: ProviderReply) -> None:
         if call.name not in offered:
             raise ProviderError(f"the answer called {call.name!r}, which is not among the request's tools",
                                 retryable=True)
-    if not spec.response_format or reply.tool_calls or finish_reason(reply) == "length":
-        return  # cut by the client's own max_tokens: it gets the JSON as far as it went, and finish_reason says so
+    if not spec.response_format or reply.tool_calls or spec.stop or finish_reason(reply) == "length":
+        # Cut by the client's own max_tokens or stop sequences: it gets the JSON as far as it went.
+        return
     try:
         value = json.loads(reply.text)
     except ValueError as e:

@@ -139,15 +139,16 @@ class JsonSchemaFormat(_Strict):
     strict: bool | None = None
 
 
-class ResponseFormat(_Strict):
-    type: Literal["text", "json_object", "json_schema"]
-    json_schema: JsonSchemaFormat | None = None
+class PlainFormat(_Strict):
+    type: Literal["text", "json_object"]
 
-    @model_validator(mode="after")
-    def _schema_with_its_type(self) -> "ResponseFormat":
-        if self.type == "json_schema" and self.json_schema is None:
-            raise ValueError("type json_schema needs json_schema (name, schema, strict)")
-        return self
+
+class SchemaFormat(_Strict):
+    type: Literal["json_schema"]
+    json_schema: JsonSchemaFormat
+
+
+ResponseFormat = Annotated[PlainFormat | SchemaFormat, Field(discriminator="type")]
 
 
 class ChatCompletionRequest(BaseModel):
@@ -223,7 +224,7 @@ class ChatCompletionRequest(BaseModel):
         if self.parallel_tool_calls is not None and not self.tools:
             raise ValueError("parallel_tool_calls needs tools")
         schemas = [(f"tools.{i}.function.parameters", t.function.parameters) for i, t in enumerate(self.tools or ())]
-        if self.response_format is not None and self.response_format.json_schema is not None:
+        if isinstance(self.response_format, SchemaFormat):
             schemas.append(("response_format.json_schema.schema", self.response_format.json_schema.schema_))
         for where, schema in schemas:
             try:
@@ -239,9 +240,9 @@ class ChatCompletionRequest(BaseModel):
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
 
 
-ROLE_TAGS = {"system", "developer", "user", "assistant", "tool"}
-
-
+# The unions chosen by a field, and where their tag shows in an error's path: messages.<i>.<role>.
+_TAGGED = {"messages": ("role", 2, {"system", "developer", "user", "assistant", "tool"}),
+           "response_format": ("type", 1, {"text", "json_object", "json_schema"})}
 _FIELD = re.compile(r"[a-z_][a-z0-9_]*|\d+")
 _UNION_MEMBERS = {"str", "int", "float", "bool"}
 
@@ -256,11 +257,12 @@ def param_at(error: dict[str, Any]) -> str:
     """The parameter a field error is about, as the client wrote it: messages.1.content, not the
     path through the models' unions that pydantic gives (messages.1.user.content.list[TextPart])."""
     loc = [str(p) for p in error["loc"]]
-    if len(loc) > 2 and loc[0] == "messages" and loc[2] in ROLE_TAGS:
-        del loc[2]
+    tag, at, values = _TAGGED.get(loc[0], ("", 0, set()))
+    if len(loc) > at and loc[at] in values:
+        del loc[at]
     loc = [p for p in loc if _FIELD.fullmatch(p) and p not in _UNION_MEMBERS]
-    if error["type"] in ("union_tag_invalid", "union_tag_not_found"):
-        loc.append("role")
+    if error["type"] in ("union_tag_invalid", "union_tag_not_found") and tag:
+        loc.append(tag)
     return ".".join(loc)
 
 
@@ -304,7 +306,8 @@ def answer_options(req: ChatCompletionRequest) -> common_pb2.AnswerOptions:
         opts.parallel_tool_calls = req.parallel_tool_calls
     if req.response_format is not None and req.response_format.type != "text":
         opts.response_format = req.response_format.type
-        if (js := req.response_format.json_schema) is not None:
+        if isinstance(req.response_format, SchemaFormat):
+            js = req.response_format.json_schema
             opts.schema_name, opts.schema_strict = js.name, bool(js.strict)
             opts.schema_json = json.dumps(js.schema_ if js.schema_ is not None else {})
     for name in ("top_p", "seed", "presence_penalty", "frequency_penalty"):

@@ -113,7 +113,7 @@ def _instance(schema: Any, hint: str, root: Any, depth: int) -> Any:
         kind = next((k for k in kind if k != "null"), "null")
     numbers = _NUMBER.findall(hint)
     if kind == "object":
-        props = schema.get("properties") or {}
+        props = {name: {"type": "string"} for name in schema.get("required") or []} | (schema.get("properties") or {})
         return {name: _instance(sub, hint, root, depth + 1) for name, sub in props.items()}
     if kind == "array":
         return [_instance(schema.get("items") or {"type": "string"}, hint, root, depth + 1)]
