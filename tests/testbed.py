@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import yaml
@@ -56,3 +57,19 @@ def sandbox_available() -> bool:
     except SandboxUnavailable:
         return False
     return True
+
+
+@contextlib.contextmanager
+def running_stack(data: dict, run_dir: Path, bootstrap_servers: str):
+    """Every service of `data`'s configuration as its own process on the given broker, the gateway on a
+    free port; stopped however the block ends."""
+    from baton_devtools.stack import Stack, free_port
+
+    cfg = Path(run_dir) / "baton.yaml"
+    cfg.write_text(yaml.safe_dump(data))
+    stack = Stack(run_dir, config_file=cfg, gateway_port=free_port(), bootstrap_servers=bootstrap_servers)
+    stack.start(echo=lambda *_: None)
+    try:
+        yield stack
+    finally:
+        stack.stop()

@@ -223,3 +223,18 @@ def test_with_a_token_budget_the_longest_plan_the_grammar_allows_fits_in_it(boun
     assert not _is_grammar_accept_string(grammar, '{"model_id": [0], "subtasks": ["caf\u00e9"], "access_list": [[]]}')
     with pytest.raises(ValueError, match="too small"):
         subtask_limits(PlanBounds(3, 5, 160, token_budget=40))
+
+
+def test_the_conductor_learns_that_the_last_step_gets_the_clients_tools():
+    prompter = PlanPrompter(config())
+    request = ask("What is the weather in Paris?")
+    assert "tools" not in prompter.messages(request)[1]["content"]
+    request.answer.tools.add(name="get_weather", parameters_json="{}")
+    request.answer.tools.add(name="get_time", parameters_json="{}")
+    user = prompter.messages(request)[1]["content"]
+    assert user.startswith("What is the weather in Paris?")
+    assert "these tools: get_weather, get_time" in user and "Only the last step gets them" in user
+    assert "already holds results" not in user
+    request.messages.add(role="assistant", tool_calls=[common_pb2.ToolCall(id="c1", name="get_weather", arguments="{}")])
+    request.messages.add(role="tool", tool_call_id="c1", name="get_weather", content="Sunny")
+    assert "already holds results of tool calls" in prompter.messages(request)[1]["content"]

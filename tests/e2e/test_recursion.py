@@ -11,12 +11,10 @@ from __future__ import annotations
 import openai
 import pyarrow.dataset as ds
 import pytest
-import yaml
 
-from baton_devtools.stack import Stack, free_port
 from baton_devtools.standins.server import run_standin
 from e2e.test_backbone import first_question, wait_for
-from testbed import default_config_data, episode_of
+from testbed import default_config_data, episode_of, running_stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kafka]
 
@@ -34,15 +32,8 @@ def stack(kafka_bootstrap, tmp_path_factory):
         data["conductor"]["inner_plan"] = {"workers": ["local-llm"], "subtasks": ["Correct the answer if needed."],
                                            "access": [[]]}
         data["kafka"] = {"partitions": 4, "session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
-        run_dir = tmp_path_factory.mktemp("recursion")
-        cfg = run_dir / "baton.yaml"
-        cfg.write_text(yaml.safe_dump(data))
-        st = Stack(run_dir, config_file=cfg, gateway_port=free_port(), bootstrap_servers=kafka_bootstrap)
-        st.start(echo=lambda *_: None)
-        try:
+        with running_stack(data, tmp_path_factory.mktemp("recursion"), kafka_bootstrap) as st:
             yield st
-        finally:
-            st.stop()
 
 
 def test_a_conductor_step_runs_a_corrective_workflow_that_sees_the_workflow_so_far(stack):

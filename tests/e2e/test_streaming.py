@@ -12,12 +12,10 @@ import time
 import httpx
 import openai
 import pytest
-import yaml
 
-from baton_devtools.stack import Stack, free_port
 from baton_devtools.standins.server import configure_standin, reset_standin, run_standin
 from e2e.test_backbone import first_question, wait_for
-from testbed import default_config_data, episode_of
+from testbed import default_config_data, episode_of, running_stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kafka]
 
@@ -36,16 +34,9 @@ def stack(kafka_bootstrap, tmp_path_factory):
                                      "subtasks": ["Solve it.", "Check the first draft and answer."],
                                      "access": [[], [0]]}
         data["kafka"] = {"partitions": 4, "session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
-        run_dir = tmp_path_factory.mktemp("streaming")
-        cfg = run_dir / "baton.yaml"
-        cfg.write_text(yaml.safe_dump(data))
-        st = Stack(run_dir, config_file=cfg, gateway_port=free_port(), bootstrap_servers=kafka_bootstrap)
-        st.start(echo=lambda *_: None)
-        st.standin_url = standin_url
-        try:
+        with running_stack(data, tmp_path_factory.mktemp("streaming"), kafka_bootstrap) as st:
+            st.standin_url = standin_url
             yield st
-        finally:
-            st.stop()
 
 
 @pytest.fixture

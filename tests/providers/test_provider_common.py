@@ -224,7 +224,7 @@ async def test_connection_refused_is_retryable(make_provider, kind, assert_no_se
 
 @all_kinds
 async def test_unsupported_role_is_rejected_before_sending(make_provider, standins, kind):
-    error = await fail(make_provider(kind), call(messages=[{"role": "tool", "content": "x"}]))
+    error = await fail(make_provider(kind), call(messages=[{"role": "function", "content": "x"}]))
 
     assert error.retryable is False
     assert standin_stats(standins[kind])["requests"] == 0

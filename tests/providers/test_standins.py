@@ -116,3 +116,31 @@ def test_thread_runner_stops_promptly():
     with run_standin("anthropic") as url:
         assert url.startswith("http://127.0.0.1:")
     assert time.monotonic() - started < 3
+
+
+def test_tool_turns_are_checked_as_the_real_apis_check_them():
+    # A tool result must answer a call of the turn before, in each API's own terms.
+    with run_standin("openai") as openai_url, run_standin("anthropic") as anthropic_url:
+        stray = httpx.post(f"{openai_url}/chat/completions", json={"model": "m", "messages": [
+            {"role": "user", "content": "hi"}, {"role": "tool", "tool_call_id": "call_x", "content": "r"}]})
+        assert stray.status_code == 400 and "'tool_calls'" in stray.json()["error"]["message"]
+        forced = httpx.post(f"{openai_url}/chat/completions", json={**BODY, "tool_choice": "required"})
+        assert forced.status_code == 400 and forced.json()["error"]["param"] == "tool_choice"
+        orphan = httpx.post(f"{anthropic_url}/v1/messages", headers={"anthropic-version": "2023-06-01"}, json={
+            "model": "m", "max_tokens": 5, "messages": [
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_x", "content": "r"}]}]})
+        assert orphan.status_code == 400 and "tool_use_id" in orphan.json()["error"]["message"]
+
+
+def test_a_stand_in_model_picks_the_tool_the_question_names_and_fills_arguments_from_it():
+    from baton_devtools.standins.behaviour import Wants, instance, tool_calls
+
+    wants = Wants(tools=[("get_time", {}), ("get_weather", {"type": "object", "properties": {
+        "city": {"type": "string"}, "days": {"type": "integer"}, "units": {"enum": ["C", "F"]}}})])
+    (call,) = tool_calls(wants, [("user", "Weather in Oslo for 4 days?")], 7)
+    assert (call.name, call.arguments, call.id) == ("get_weather", {"city": "Oslo", "days": 4, "units": "C"},
+                                                    "call_standin000007")
+    assert tool_calls(wants, [("user", "Weather?"), ("tool", "rain")], 8) == []  # it answers the result
+    assert instance({"$defs": {"P": {"type": "object", "properties": {"n": {"type": "integer"}}}},
+                     "$ref": "#/$defs/P"}, "age 36") == {"n": 36}
+    assert instance({"type": "object", "properties": []}, "x") == {}  # not a schema: still an answer

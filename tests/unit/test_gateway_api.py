@@ -25,7 +25,7 @@ def test_a_plain_openai_request_parses():
     ({"model": "baton", "messages": [{"role": "system", "content": "only system"}]}, "non-empty user message"),
     ({"model": "baton", "messages": [{"role": "wizard", "content": "x"}]}, "messages.0.role"),
     ({"model": "baton", "messages": [{"role": "user", "content": "x"}, {"role": "tool", "content": "y"}]},
-     "messages.1.role"),
+     "messages.1.tool_call_id: Field required"),
     ({"model": "baton", "messages": [{"role": "user", "content": "x"}], "temperature": 7}, "temperature"),
     ({"model": "baton", "messages": [{"role": "user", "content": "x"}], "n": 3}, "n"),
     # Found by the fuzz suite: each once reached the wire format and failed there with a 500.
@@ -86,3 +86,92 @@ def test_a_well_formed_eval_item_parses_and_other_metadata_stays_accepted(value)
     # A client's grader and reference are accepted here and ignored by the reward logger.
     meta = {"baton_eval": value, "grader": "code", "reference": "x", "eval_name": "quiz"}
     assert parse({"model": "baton", "messages": [{"role": "user", "content": "x"}], "metadata": meta}).metadata == meta
+
+
+USER = [{"role": "user", "content": "x"}]
+TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+
+
+@pytest.mark.parametrize("extra, param", [
+    ({"audio": {"voice": "alloy", "format": "mp3"}}, "audio"),
+    ({"modalities": ["text", "audio"]}, "modalities"),
+    ({"prediction": {"type": "content", "content": "x"}}, "prediction"),
+    ({"functions": [{"name": "f"}]}, "functions"),
+    ({"reasoning_effort": "high"}, "reasoning_effort"),
+    ({"store": True}, "store"),
+    ({"messages": [{"role": "user", "content": "x", "tool_calls": []}]}, "messages.0.tool_calls"),
+    ({"no_such_parameter": 1}, "no_such_parameter"),
+    ({"n": 2}, "n"),
+    ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
+    ({"top_logprobs": 3}, "top_logprobs"),
+    ({"tool_choice": "required"}, "tool_choice"),
+    ({"tools": [TOOL], "tool_choice": {"type": "function", "function": {"name": "other"}}}, "tool_choice"),
+    ({"tools": [TOOL, TOOL]}, "tools"),
+    ({"tools": [{"type": "custom", "custom": {"name": "x"}}]}, "tools.0.type"),
+    ({"response_format": {"type": "json_schema"}}, "response_format.json_schema"),
+    ({"response_format": {"type": "yaml"}}, "response_format.type"),
+    ({"logit_bias": {"abc": 5}}, "logit_bias"),
+    ({"top_p": 1.5}, "top_p"),
+])
+def test_every_unsupported_or_inconsistent_parameter_is_a_400_naming_it(extra, param):
+    with pytest.raises(ApiError) as err:
+        parse({"model": "baton", "messages": USER, **extra})
+    assert err.value.status == 400 and err.value.param == param, err.value.message
+    assert param.split(".")[0] in err.value.message
+
+
+def test_a_tool_turn_must_answer_an_earlier_call():
+    call = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]}
+    ok = parse({"model": "baton", "tools": [TOOL], "messages": USER + [call, {
+        "role": "tool", "tool_call_id": "call_1", "content": "sunny"}]})
+    assert ok.messages[2].role == "tool"
+    with pytest.raises(ApiError) as err:
+        parse({"model": "baton", "messages": USER + [call, {"role": "tool", "tool_call_id": "call_9", "content": "x"}]})
+    assert err.value.param == "messages.2" and "call_9" in err.value.message
+
+
+def test_supported_parameters_reach_the_answer_options_and_messages():
+    from baton_gateway.params import answer_options, messages_proto
+
+    req = parse({"model": "baton", "messages": USER + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "rain"}],
+        "tools": [TOOL], "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+        "parallel_tool_calls": False, "top_p": 0.5, "stop": "END", "seed": 7, "logprobs": True, "top_logprobs": 2,
+        "user": "u1", "presence_penalty": 0.1, "frequency_penalty": 0.2, "logit_bias": {"50256": -100},
+        "response_format": {"type": "json_schema", "json_schema": {"name": "w", "schema": {"type": "object"},
+                                                                   "strict": True}},
+        "store": False, "temperature": None})
+    opts = answer_options(req)
+    assert [t.name for t in opts.tools] == ["get_weather"] and json.loads(opts.tools[0].parameters_json) == \
+        TOOL["function"]["parameters"]
+    assert (opts.tool_choice, opts.tool_choice_name, opts.parallel_tool_calls) == ("function", "get_weather", False)
+    assert (opts.response_format, opts.schema_name, opts.schema_strict) == ("json_schema", "w", True)
+    assert json.loads(opts.schema_json) == {"type": "object"}
+    assert (opts.top_p, list(opts.stop), opts.seed, opts.logprobs, opts.top_logprobs, opts.user) == \
+        (0.5, ["END"], 7, True, 2, "u1")
+    assert (round(opts.presence_penalty, 3), round(opts.frequency_penalty, 3)) == (0.1, 0.2)
+    assert json.loads(opts.logit_bias_json) == {"50256": -100}
+    msgs = messages_proto(req)
+    assert msgs[1].tool_calls[0].name == "get_weather" and msgs[1].tool_calls[0].arguments == '{"city": "Oslo"}'
+    assert (msgs[2].role, msgs[2].tool_call_id, msgs[2].name, msgs[2].content) == ("tool", "c1", "get_weather", "rain")
+
+
+def test_a_schema_that_is_not_json_schema_is_a_400_naming_where():
+    for body, param in (
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": 5}}}},
+         "response_format.json_schema.schema"),
+        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"required": "city"}}}]},
+         "tools.0.function.parameters"),
+    ):
+        with pytest.raises(ApiError) as err:
+            parse({"model": "baton", "messages": USER, **body})
+        assert err.value.param == param and "not a valid JSON Schema" in err.value.message
+
+
+def test_a_control_character_is_text_as_the_published_schema_counts_it():
+    # The schema's `\S` is ECMA-262's, for which \x1f is not whitespace (found by the fuzz suite).
+    assert parse({"model": "baton", "messages": [{"role": "user", "content": "\x1f"}]}).messages[0].text() == "\x1f"

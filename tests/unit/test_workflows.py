@@ -366,3 +366,37 @@ def test_a_failed_group_fails_the_request_with_the_clients_own_error(write_confi
     clock.now += 6_000
     ((_, (finish,)),) = [(r, a) for r, a in wf.expired() if r is primary]
     assert finish.response.error.code == "step_timeout"
+
+
+def test_only_the_answering_step_gets_the_clients_options_and_tool_turns(write_config):
+    from testbed import default_config_data
+
+    config = load_config(write_config(data=default_config_data()))
+    wf = Workflows(config, clock=Clock())
+    request = requests_pb2.ChatRequest(request_id="r1", max_tokens=5, temperature=0.3, messages=[
+        common_pb2.ChatMessage(role="user", content="Weather in Oslo?"),
+        common_pb2.ChatMessage(role="assistant", tool_calls=[
+            common_pb2.ToolCall(id="c1", name="get_weather", arguments='{"city": "Oslo"}')]),
+        common_pb2.ChatMessage(role="tool", tool_call_id="c1", name="get_weather", content="Rain")])
+    request.answer.tools.add(name="get_weather", parameters_json="{}")
+    request.answer.response_format = "json_object"
+    plan = Plan(workers=["gemini-pro", "gemini-flash"], subtasks=["draft", "answer"], access=[[], [0]])
+    run = wf.on_planned(workflow_pb2.WorkflowPlanned(request=request, plan=to_proto(plan, backend="static")))
+    (draft,) = wf.advance(run)
+    assert not draft.task.HasField("answer") and draft.task.max_tokens == 0 and not draft.task.HasField("temperature")
+    # The drafting step sees the tool exchange as text: it has no tools to make sense of tool turns.
+    assert [m.role for m in draft.task.messages] == ["system", "user", "assistant", "user"]
+    assert "get_weather" in draft.task.messages[2].content and "Rain" in draft.task.messages[3].content
+    wf.on_completed("r1", completed(0, "draft"))
+    (answer,) = wf.advance(run)
+    assert answer.task.answer.tools[0].name == "get_weather" and answer.task.answer.response_format == "json_object"
+    assert answer.task.max_tokens == 5 and round(answer.task.temperature, 3) == 0.3
+    assert [m.role for m in answer.task.messages] == ["system", "user", "assistant", "tool"]
+    assert answer.task.messages[2].tool_calls[0].id == "c1" and answer.task.messages[3].tool_call_id == "c1"
+    done = completed(1, "")
+    done.tool_calls.add(id="c2", name="get_weather", arguments='{"city": "Bergen"}')
+    done.finish_reason = "tool_calls"
+    wf.on_completed("r1", done)
+    (finish,) = wf.advance(run)
+    assert finish.response.answer == "" and finish.response.tool_calls[0].id == "c2"
+    assert finish.response.finish_reason == "tool_calls"

@@ -112,6 +112,25 @@ def inner_context(parent: requests_pb2.Parent, worker_names: Sequence[str], max_
                         no_recursion=no_recursion)
 
 
+TOOLS = """
+
+The client gave the last step these tools: {names}. Only the last step gets them: it may call them \
+instead of answering, and the client runs the calls and asks again with their results. Earlier steps \
+cannot call tools."""
+TOOL_RESULTS = """
+The conversation already holds results of tool calls: every step sees them."""
+
+
+def tools_note(request: requests_pb2.ChatRequest, max_chars: int) -> str:
+    """What the conductor must know of the client's tools: which there are, and whether the conversation
+    holds results of calls already (a tool turn). Empty for a request without tools."""
+    names = ", ".join(t.name for t in request.answer.tools)
+    if not names:
+        return ""
+    results = any(m.role == "tool" for m in request.messages)
+    return TOOLS.format(names=_cut(names, max_chars)) + (TOOL_RESULTS if results else "")
+
+
 def conductor_messages(messages: Sequence[Mapping[str, str]], cards: Sequence[str], bounds: PlanBounds,
                        *, example: bool = True, max_query_chars: int = 2000, inner: str = "") -> list[dict[str, str]]:
     """Chat messages for the conductor model: the instructions with the pool, then the question (and,

@@ -9,7 +9,8 @@ from baton.v1 import requests_pb2
 from baton_platform.config import CONDUCTOR, BatonConfig
 from baton_workflow import Plan
 
-from baton_conductor.prompt import CONDUCTOR_CARD, cards_from, conductor_messages, conversation, inner_context
+from baton_conductor.prompt import (CONDUCTOR_CARD, cards_from, conductor_messages, conversation, inner_context,
+                                   tools_note)
 from baton_conductor.schema import PlanBounds, parse_plan
 
 
@@ -39,6 +40,9 @@ class Prompter:
         if request.HasField("parent"):
             inner = inner_context(request.parent, self.worker_names, self._max_query_chars,
                                   may_recurse=request.parent.depth < self.max_depth)
+        # The plan's last step gets the client's tools: the conductor plans knowing it (and a trained
+        # conductor learned with the same note, as the trainer builds prompts here too).
+        inner = tools_note(request, self._max_query_chars) + inner
         return conductor_messages(conversation(request), self.cards, self.bounds, example=self._example,
                                   max_query_chars=self._max_query_chars, inner=inner)
 

@@ -9,13 +9,17 @@ from baton_workflow.plan import Plan, readable_steps
 
 def step_messages(
     plan: Plan, step: int, conversation: Sequence[Mapping[str, str]], outputs: Mapping[int, str],
-    prior: Sequence[tuple[str, str]] = (),
-) -> list[dict[str, str]]:
+    prior: Sequence[tuple[str, str]] = (), *, native_tools: bool = False,
+) -> list[dict]:
     """Chat messages for `step`: a system message with the instruction and the readable earlier steps,
     then the user's conversation unchanged. Steps outside the access list are never mentioned.
 
     `prior` is set in a corrective workflow (one the conductor wrote when called as a step): the
-    (instruction, output) pairs of the workflow it corrects, which every one of its steps sees."""
+    (instruction, output) pairs of the workflow it corrects, which every one of its steps sees.
+
+    Turns of a tool exchange (an assistant turn with `tool_calls`, `tool` turns with results) reach
+    the step as they are when `native_tools` (the answering step, which has the client's tools), and
+    as text otherwise."""
     lines = [
         f"You are step {step + 1} of {plan.steps} in a workflow that answers the user's request.",
         f"Your instruction: {plan.subtasks[step]}",
@@ -31,9 +35,34 @@ def step_messages(
         for j in readable:
             lines.append(f"[Step {j + 1}] Instruction: {plan.subtasks[j]}")
             lines.append(f"[Step {j + 1}] Output: {outputs[j]}")
-    return [{"role": "system", "content": "\n".join(lines)}] + [
-        {"role": m["role"], "content": m["content"]} for m in conversation
-    ]
+    turns = [dict(m) for m in conversation] if native_tools else [_as_text(m) for m in conversation]
+    return [{"role": "system", "content": "\n".join(lines)}] + turns
+
+
+def _as_text(message: Mapping) -> dict[str, str]:
+    """A turn of a tool exchange as plain text, for a step that has no tools: such a step still needs
+    what the tools returned, and providers refuse tool turns from a request that offers no tools."""
+    if message["role"] == "tool":
+        name = message.get("name") or "a tool"
+        return {"role": "user", "content": f"[Result of {name}, call {message.get('tool_call_id', '')}]: "
+                                           f"{message['content']}"}
+    calls = message.get("tool_calls") or ()
+    text = "\n".join([message["content"]] * bool(message["content"]) +
+                     [f"[Called {c['name']} with {c['arguments']}, call {c['id']}]" for c in calls])
+    return {"role": message["role"], "content": text}
+
+
+def turn(message) -> dict:
+    """A ChatMessage (baton.v1) as the dict steps and adapters read: role and content, and tool fields
+    only where the turn has them."""
+    out: dict = {"role": message.role, "content": message.content}
+    if message.tool_calls:
+        out["tool_calls"] = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in message.tool_calls]
+    if message.tool_call_id:
+        out["tool_call_id"] = message.tool_call_id
+    if message.name:
+        out["name"] = message.name
+    return out
 
 
 def ready_steps(plan: Plan, done: set[int], started: set[int]) -> list[int]:

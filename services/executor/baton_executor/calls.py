@@ -9,6 +9,9 @@ from opentelemetry.trace import Tracer
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from baton_platform.config import WorkerConfig
+from baton_workflow import turn
+
+from baton_executor.answers import check_reply, finish_reason, logprobs_proto, spec_of, tool_calls_proto
 from baton_executor.deltas import DeltaBatcher
 from baton_executor.limits import WorkerLimits, estimate_tokens
 from baton_executor.metrics import ExecutorMetrics
@@ -68,7 +71,8 @@ class StepRunner:
                                  cost_usd=worker.price.cost(reply.input_tokens, reply.output_tokens), calls=1)
         event.step_completed.CopyFrom(workflow_pb2.StepCompleted(
             task_id=task.task_id, step=task.step, attempt=task.attempt, worker=task.worker, output=reply.text,
-            usage=usage, latency_ms=(time.perf_counter() - started) * 1000, model=reply.model))
+            usage=usage, latency_ms=(time.perf_counter() - started) * 1000, model=reply.model,
+            tool_calls=tool_calls_proto(reply), finish_reason=finish_reason(reply), logprobs=logprobs_proto(reply)))
         return event
 
     async def _call_with_retries(self, task: tasks_pb2.Task, worker: WorkerConfig,
@@ -87,7 +91,7 @@ class StepRunner:
 
     async def _call_once(self, task: tasks_pb2.Task, worker: WorkerConfig, deadline: float | None,
                          deltas: DeltaBatcher | None) -> ProviderReply:
-        messages = [{"role": m.role, "content": m.content} for m in task.messages]
+        messages = [turn(m) for m in task.messages]
         max_tokens = task.max_tokens or None
         limits, m, name = self._limits[worker.name], self._metrics, worker.name
         estimate = estimate_tokens(messages, max_tokens)
@@ -99,7 +103,7 @@ class StepRunner:
         call = ProviderCall(model=worker.model, messages=messages, max_tokens=max_tokens,
                             temperature=task.temperature if task.HasField("temperature") else None,
                             timeout_s=60.0 if deadline is None else max(0.1, deadline - time.time()),
-                            on_delta=deltas.add if deltas is not None else None)
+                            on_delta=deltas.add if deltas is not None else None, spec=spec_of(task))
         if deltas is not None:
             deltas.new_call()
         m.requests.labels(self._provider_name, name).inc()
@@ -107,6 +111,7 @@ class StepRunner:
         try:
             reply = await self._traced_call(task, worker, call)
             actual = reply.input_tokens + reply.output_tokens
+            check_reply(call.spec, reply)
             if deltas is not None:
                 deltas.finish(reply.text)
             return reply

@@ -67,6 +67,14 @@ class SimProvider:
         self._latency_s = latency_ms / 1000
 
     async def complete(self, call: ProviderCall, query: str = "", candidates: Sequence[str] = ()) -> ProviderReply:
+        # A recorded answer is text: it cannot be a tool call, JSON or carry log-probabilities. Tools the
+        # model may leave uncalled (tool_choice auto) do not change it; sampling options cannot either.
+        refused = sorted(call.spec.given() & {"response_format", "logprobs", "top_logprobs", "logit_bias"})
+        if call.spec.tool_choice in ("required", "function"):
+            refused.append("tool_choice")
+        if refused:
+            raise ProviderError(f"sim: a recorded answer cannot honour the request parameter {', '.join(refused)}",
+                                retryable=False)
         await asyncio.sleep(self._latency_s)
         row = self._matrix.lookup(query, self._model)
         if candidates:
@@ -84,9 +92,15 @@ class SimProvider:
             text = "I am not certain of the answer to this question."
         prompt_chars = sum(len(m["content"]) for m in call.messages)
         out_chars = row.output_chars if row and row.output_chars else len(text)
+        finish = "stop"
+        for stop in call.spec.stop:
+            if stop and stop in text:
+                text, out_chars = text[:text.index(stop)], len(text[:text.index(stop)])
+        if call.max_tokens and out_chars > call.max_tokens * CHARS_PER_TOKEN:
+            text, out_chars, finish = text[:call.max_tokens * CHARS_PER_TOKEN], call.max_tokens * CHARS_PER_TOKEN, "length"
         return ProviderReply(text=text, input_tokens=max(1, prompt_chars // CHARS_PER_TOKEN),
                              output_tokens=max(1, out_chars // CHARS_PER_TOKEN), model=self._model,
-                             finish_reason="stop")
+                             finish_reason=finish)
 
     @staticmethod
     def _judge(row: SimRow | None, candidates: Sequence[str]) -> str:

@@ -9,10 +9,11 @@ import time
 from typing import Any, Literal
 
 from baton.v1 import common_pb2, feedback_pb2, responses_pb2
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from baton_gateway.params import INT32_MAX, ChatCompletionRequest, first_error, param_at, param_of
 
 DEFAULT_POLICY = "baton"
-INT32_MAX = 2**31 - 1
 
 # A request names an item of the operator's evaluation sets as "SET:ID"; the reward logger grades its
 # answer, and that reward trains the routing policy, so only keys with the `eval` scope may send it.
@@ -34,71 +35,6 @@ class ApiError(Exception):
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
-
-
-class TextPart(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=True)
-    type: Literal["text"]
-    text: str
-
-
-class MessageIn(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=True)
-    # Baton runs no tools, and its workers take system, user and assistant turns: a `tool` turn would
-    # fail the workflow at the provider, so it is refused here with a 400.
-    role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[TextPart] | None = None
-
-    def text(self) -> str:
-        if self.content is None:
-            return ""
-        if isinstance(self.content, str):
-            return self.content
-        return "".join(p.text for p in self.content)
-
-
-class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=True)
-    include_usage: bool = False
-
-
-class ChatCompletionRequest(BaseModel):
-    # Unknown OpenAI parameters are accepted and ignored, as most compatible servers do. Types are
-    # strict, as OpenAI's are: "stream": "false" is a 400, not a request to stream.
-    model_config = ConfigDict(extra="ignore", strict=True)
-    model: str = Field(min_length=1)
-    messages: list[MessageIn]
-    # The wire format carries them as int32.
-    max_tokens: int | None = Field(default=None, gt=0, le=INT32_MAX)
-    max_completion_tokens: int | None = Field(default=None, gt=0, le=INT32_MAX)
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    stream: bool = False
-    stream_options: StreamOptions | None = None
-    metadata: dict[str, str] | None = Field(
-        default=None, description="Strings. Baton reads baton_max_cost_usd and baton_max_calls (a budget), and "
-        "baton_eval, 'SET:ID', an item of the operator's evaluation sets to grade the answer by (needs a key with "
-        "the `eval` scope).")
-    n: int = Field(default=1, ge=1, le=1, description="Baton answers with one choice.")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _integral_floats(cls, data: Any) -> Any:
-        # JSON has one number type: 5.0 is an integer to JSON Schema, so it is taken as 5.
-        if isinstance(data, dict):
-            for name in ("max_tokens", "max_completion_tokens", "n"):
-                value = data.get(name)
-                if isinstance(value, float) and value.is_integer():
-                    data = {**data, name: int(value)}
-        return data
-
-    @field_validator("messages")
-    @classmethod
-    def _not_empty(cls, messages: list[MessageIn]) -> list[MessageIn]:
-        if not messages:
-            raise ValueError("messages must hold at least one message")
-        if not any(m.role == "user" and m.text().strip() for m in messages):
-            raise ValueError("messages must include a non-empty user message")
-        return messages
 
 
 class FeedbackIn(BaseModel):
@@ -134,9 +70,15 @@ def parse_chat_request(raw: bytes, known_models: set[str]) -> ChatCompletionRequ
     try:
         req = ChatCompletionRequest.model_validate(data)
     except ValidationError as e:
-        first = e.errors()[0]
-        param = ".".join(str(p) for p in first["loc"]) or None
-        raise ApiError(400, f"invalid request: {param}: {first['msg']}", param=param) from None
+        first = first_error(e.errors())
+        if first["loc"]:
+            param = param_at(first)
+            if first["type"] == "extra_forbidden":
+                raise ApiError(400, f"invalid request: {param}: this parameter is not supported", param=param) from None
+            message = first["msg"].removeprefix("Value error, ")
+            raise ApiError(400, f"invalid request: {param}: {message}", param=param) from None
+        message = first["msg"].removeprefix("Value error, ")
+        raise ApiError(400, f"invalid request: {message}", param=param_of(message)) from None
     if req.model not in known_models:
         # OpenAI's answer to a model that is unknown or not the caller's to use: 404 model_not_found.
         raise ApiError(404, f"The model {req.model!r} does not exist or you do not have access to it; available: "
@@ -217,11 +159,37 @@ def completion_body(request_id: str, model: str, response: responses_pb2.Respons
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": response.answer},
-                     "finish_reason": "stop", "logprobs": None}],
+        "choices": [{"index": 0, "message": answer_message(response), "finish_reason": finish_reason(response),
+                     "logprobs": logprobs_body(response)}],
         "usage": usage_body(total),
         "baton": {"request_id": request_id, **workflow_summary(response.episode)},
     }
+
+
+def tool_calls_body(response: responses_pb2.Response) -> list[dict[str, Any]]:
+    return [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in response.tool_calls]
+
+
+def answer_message(response: responses_pb2.Response) -> dict[str, Any]:
+    if not response.tool_calls:
+        return {"role": "assistant", "content": response.answer}
+    # OpenAI's shape for a turn that calls tools: content null unless the model also said something.
+    return {"role": "assistant", "content": response.answer or None, "tool_calls": tool_calls_body(response)}
+
+
+def finish_reason(response: responses_pb2.Response) -> str:
+    if response.tool_calls:
+        return "tool_calls"
+    return response.finish_reason if response.finish_reason in ("length", "content_filter") else "stop"
+
+
+def logprobs_body(response: responses_pb2.Response) -> dict[str, Any] | None:
+    if not response.logprobs:
+        return None
+    return {"content": [{"token": t.token, "logprob": t.logprob, "bytes": list(t.token.encode()),
+                         "top_logprobs": [{"token": a.token, "logprob": a.logprob, "bytes": list(a.token.encode())}
+                                          for a in t.top]} for t in response.logprobs], "refusal": None}
 
 
 def usage_body(total) -> dict[str, int]:

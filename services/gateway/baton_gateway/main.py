@@ -8,7 +8,7 @@ import json
 import time
 import uuid
 
-from baton.v1 import common_pb2, feedback_pb2, policy_pb2, requests_pb2, responses_pb2
+from baton.v1 import feedback_pb2, policy_pb2, requests_pb2, responses_pb2
 from faststream import AckPolicy
 from faststream.kafka import KafkaMessage
 from opentelemetry import propagate, trace
@@ -32,6 +32,7 @@ from baton_gateway.api import (DEFAULT_POLICY, EVAL_SCOPE, ApiError, budget_from
                                wants_eval)
 from baton_gateway.auth import Gatekeeper
 from baton_gateway.openapi import openapi_document
+from baton_gateway.params import answer_options, messages_proto
 from baton_gateway.replies import INTERIM, Replies
 from baton_gateway.streaming import ClosingStreamingResponse, StreamedAnswer, closing_chunks, content_chunk
 
@@ -138,8 +139,7 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
                 now_ms = int(time.time() * 1000)
                 msg = requests_pb2.ChatRequest(
                     request_id=request_id, policy=req.model,
-                    messages=[common_pb2.ChatMessage(role="system" if m.role == "developer" else m.role,
-                                                     content=m.text()) for m in req.messages],
+                    messages=messages_proto(req), answer=answer_options(req),
                     max_tokens=req.max_completion_tokens or req.max_tokens or 0,
                     metadata=req.metadata or {}, created_unix_ms=now_ms,
                     deadline_unix_ms=now_ms + int(gw.request_timeout_s * 1000), reply_partition=partition,
@@ -147,7 +147,7 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
                 if req.temperature is not None:
                     msg.temperature = req.temperature
                 msg.budget.CopyFrom(budget_from(req.metadata or {}))
-                msg.stream = req.stream
+                msg.stream = bool(req.stream)
                 gate.admit(principal)  # last: a request refused for another reason uses none of the key's rate
                 waiter = replies.expect(request_id)
                 gate.opened(request_id, principal)

@@ -23,8 +23,12 @@ def _json(description: str, schema: dict[str, Any]) -> dict[str, Any]:
 
 
 ERRORS = {
-    "400": _error("Malformed request: invalid JSON, a bad parameter, empty messages, a malformed "
-                  "metadata.baton_eval."),
+    "400": _error("Malformed request: invalid JSON, a bad or unsupported parameter (error.param names it), empty "
+                  "messages, a malformed metadata.baton_eval, or a rule between parameters that this schema cannot "
+                  "state: a tool message must answer an earlier assistant tool call, tool_choice and "
+                  "parallel_tool_calls need tools and a named tool_choice one of them, tool names are unique, "
+                  "top_logprobs needs logprobs, logit_bias keys are token ids with biases from -100 to 100, and "
+                  "the schemas in tools and response_format are valid JSON Schemas."),
     "401": _error("No API key, an incorrect one (code invalid_api_key), or a key without the scope."),
     "404": _error("The model does not exist or the caller may not use it (code model_not_found)."),
     "413": _error("The request body is larger than gateway.max_body_bytes."),

@@ -23,7 +23,7 @@ from typing import Any
 from baton.v1 import responses_pb2
 from starlette.responses import StreamingResponse
 
-from baton_gateway.api import usage_body
+from baton_gateway.api import finish_reason, logprobs_body, tool_calls_body, usage_body
 
 
 class StreamedAnswer:
@@ -69,7 +69,13 @@ def content_chunk(request_id: str, model: str, text: str) -> dict[str, Any]:
 
 def closing_chunks(request_id: str, model: str, response: responses_pb2.Response, include_usage: bool) -> list[dict]:
     """After the last of the text: the finish reason, then the usage of the whole workflow if asked for."""
-    chunks = [_chunk(request_id, model, [{"index": 0, "delta": {}, "finish_reason": "stop"}])]
+    chunks = []
+    if response.tool_calls:
+        # Each call whole in one delta: a valid OpenAI stream, which clients accumulate by index.
+        calls = [{"index": i, **call} for i, call in enumerate(tool_calls_body(response))]
+        chunks.append(_chunk(request_id, model, [{"index": 0, "delta": {"tool_calls": calls}, "finish_reason": None}]))
+    chunks.append(_chunk(request_id, model, [{"index": 0, "delta": {}, "finish_reason": finish_reason(response),
+                                              "logprobs": logprobs_body(response)}]))
     if include_usage:
         chunks.append(_chunk(request_id, model, [], usage=usage_body(response.episode.total)))
     return chunks

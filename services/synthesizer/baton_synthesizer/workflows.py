@@ -28,7 +28,7 @@ from typing import Any
 
 from baton.v1 import common_pb2, feedback_pb2, requests_pb2, responses_pb2, tasks_pb2, workflow_pb2
 from baton_platform.config import CONDUCTOR, BatonConfig
-from baton_workflow import Plan, from_proto, query_text, readable_steps, ready_steps, step_messages
+from baton_workflow import Plan, from_proto, query_text, readable_steps, ready_steps, step_messages, turn
 
 from baton_synthesizer.judge import best, judge_messages, parse_scores
 
@@ -116,8 +116,8 @@ class Run:
     own_error: common_pb2.Error | None = None  # its own workflow failed: the others may still answer
 
     @property
-    def conversation(self) -> list[dict[str, str]]:
-        return [{"role": m.role, "content": m.content} for m in self.request.messages]
+    def conversation(self) -> list[dict]:
+        return [turn(m) for m in self.request.messages]
 
 
 class Workflows:
@@ -313,7 +313,9 @@ class Workflows:
         worker = self._config.worker(worker_name)
         outputs = {i: c.output for i, c in run.done.items()}
         prior = [(s.instruction, s.output) for s in run.request.parent.steps]
-        messages = step_messages(run.plan, step, run.conversation, outputs, prior)
+        answering = step == run.plan.steps - 1
+        messages = step_messages(run.plan, step, run.conversation, outputs, prior,
+                                 native_tools=answering and bool(run.request.answer.tools))
         rid = run.request.request_id
         task = tasks_pb2.Task(
             task_id=f"{rid}:{step}:{attempt}",
@@ -322,12 +324,13 @@ class Workflows:
             attempt=attempt,
             worker=worker.name,
             messages=[common_pb2.ChatMessage(**m) for m in messages],
-            max_tokens=run.request.max_tokens,
             deadline_unix_ms=run.request.deadline_unix_ms,
             query=query_text(run.conversation),
         )
-        if run.request.HasField("temperature"):
-            task.temperature = run.request.temperature
+        if answering:
+            # The client's limits, sampling, tools and format shape its answer; earlier steps run on
+            # the workers' defaults (a draft cut to the client's max_tokens would starve the answer).
+            self._answer_options(run.request, task)
         if self._streams(run, step):
             task.stream = True
             task.reply_partition = run.request.reply_partition
@@ -352,10 +355,10 @@ class Workflows:
         )
         inner = requests_pb2.ChatRequest(
             request_id=task_id, policy=run.request.policy, messages=run.request.messages,
-            max_tokens=run.request.max_tokens, metadata=run.request.metadata,
-            deadline_unix_ms=run.request.deadline_unix_ms, created_unix_ms=self._clock(), parent=parent)
-        if run.request.HasField("temperature"):
-            inner.temperature = run.request.temperature
+            metadata=run.request.metadata, deadline_unix_ms=run.request.deadline_unix_ms,
+            created_unix_ms=self._clock(), parent=parent)
+        if step == run.plan.steps - 1:
+            self._answer_options(run.request, inner)  # the inner workflow's last step answers the client
         run.started.add(step)
         run.workers[step] = CONDUCTOR
         run.attempts[step] = attempt
@@ -367,6 +370,14 @@ class Workflows:
         if max_cost:
             inner.budget.max_cost_usd = max(max_cost - spent, 1e-9)
         return Replan(request=inner)
+
+    @staticmethod
+    def _answer_options(request: requests_pb2.ChatRequest, into: tasks_pb2.Task | requests_pb2.ChatRequest) -> None:
+        into.max_tokens = request.max_tokens
+        if request.HasField("temperature"):
+            into.temperature = request.temperature
+        if request.HasField("answer"):
+            into.answer.CopyFrom(request.answer)
 
     def _finish(self, run: Run, *, answer: str | None = None, error: common_pb2.Error | None = None,
                 judgement: responses_pb2.Judgement | None = None) -> Finish | Return:
@@ -403,6 +414,13 @@ class Workflows:
             response.error.CopyFrom(error)
         else:
             response.answer = answer or ""
+            own = judgement is None or not judgement.request_ids or \
+                judgement.request_ids[judgement.chosen] == run.request.request_id
+            final = run.done.get(run.plan.steps - 1)
+            if own and final is not None:
+                response.tool_calls.extend(final.tool_calls)
+                response.finish_reason = final.finish_reason
+                response.logprobs.extend(final.logprobs)
         report = None
         if self._reports_to_group(run):
             report = workflow_pb2.WorkflowEvent(request_id=run.request.group_id, candidate_finished=workflow_pb2.CandidateFinished(
@@ -421,6 +439,10 @@ class Workflows:
                 task_id=parent.task_id, step=parent.step, attempt=parent.attempt, worker=CONDUCTOR,
                 output=answer or "", usage=episode.total, latency_ms=episode.latency_ms,
                 model=run.plan_proto.policy_version or run.plan_proto.backend, inner_plan=run.plan_proto))
+            if (final := run.done.get(run.plan.steps - 1)) is not None:
+                event.step_completed.tool_calls.extend(final.tool_calls)
+                event.step_completed.finish_reason = final.finish_reason
+                event.step_completed.logprobs.extend(final.logprobs)
         else:
             event.step_failed.CopyFrom(workflow_pb2.StepFailed(
                 task_id=parent.task_id, step=parent.step, attempt=parent.attempt, worker=CONDUCTOR,

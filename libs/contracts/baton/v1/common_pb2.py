@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x62\x61ton/v1/common.proto\x12\x08\x62\x61ton.v1\",\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"U\n\x05Usage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x03\x12\x15\n\routput_tokens\x18\x02 \x01(\x03\x12\x10\n\x08\x63ost_usd\x18\x03 \x01(\x01\x12\r\n\x05\x63\x61lls\x18\x04 \x01(\x05\"1\n\x06\x42udget\x12\x14\n\x0cmax_cost_usd\x18\x01 \x01(\x01\x12\x11\n\tmax_calls\x18\x02 \x01(\x05\"&\n\x05\x45rror\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\tb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x62\x61ton/v1/common.proto\x12\x08\x62\x61ton.v1\"x\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12&\n\ntool_calls\x18\x03 \x03(\x0b\x32\x12.baton.v1.ToolCall\x12\x14\n\x0ctool_call_id\x18\x04 \x01(\t\x12\x0c\n\x04name\x18\x05 \x01(\t\"7\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\targuments\x18\x03 \x01(\t\"R\n\x04Tool\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x17\n\x0fparameters_json\x18\x03 \x01(\t\x12\x0e\n\x06strict\x18\x04 \x01(\x08\"\xf2\x03\n\rAnswerOptions\x12\x1d\n\x05tools\x18\x01 \x03(\x0b\x32\x0e.baton.v1.Tool\x12\x13\n\x0btool_choice\x18\x02 \x01(\t\x12\x18\n\x10tool_choice_name\x18\x03 \x01(\t\x12 \n\x13parallel_tool_calls\x18\x04 \x01(\x08H\x00\x88\x01\x01\x12\x17\n\x0fresponse_format\x18\x05 \x01(\t\x12\x13\n\x0bschema_name\x18\x06 \x01(\t\x12\x13\n\x0bschema_json\x18\x07 \x01(\t\x12\x15\n\rschema_strict\x18\x08 \x01(\x08\x12\x12\n\x05top_p\x18\t \x01(\x01H\x01\x88\x01\x01\x12\x0c\n\x04stop\x18\n \x03(\t\x12\x11\n\x04seed\x18\x0b \x01(\x03H\x02\x88\x01\x01\x12\x10\n\x08logprobs\x18\x0c \x01(\x08\x12\x14\n\x0ctop_logprobs\x18\r \x01(\x05\x12\x0c\n\x04user\x18\x0e \x01(\t\x12\x1d\n\x10presence_penalty\x18\x0f \x01(\x01H\x03\x88\x01\x01\x12\x1e\n\x11\x66requency_penalty\x18\x10 \x01(\x01H\x04\x88\x01\x01\x12\x17\n\x0flogit_bias_json\x18\x11 \x01(\tB\x16\n\x14_parallel_tool_callsB\x08\n\x06_top_pB\x07\n\x05_seedB\x13\n\x11_presence_penaltyB\x14\n\x12_frequency_penalty\"Q\n\x0cTokenLogprob\x12\r\n\x05token\x18\x01 \x01(\t\x12\x0f\n\x07logprob\x18\x02 \x01(\x01\x12!\n\x03top\x18\x03 \x03(\x0b\x32\x14.baton.v1.TopLogprob\",\n\nTopLogprob\x12\r\n\x05token\x18\x01 \x01(\t\x12\x0f\n\x07logprob\x18\x02 \x01(\x01\"U\n\x05Usage\x12\x14\n\x0cinput_tokens\x18\x01 \x01(\x03\x12\x15\n\routput_tokens\x18\x02 \x01(\x03\x12\x10\n\x08\x63ost_usd\x18\x03 \x01(\x01\x12\r\n\x05\x63\x61lls\x18\x04 \x01(\x05\"1\n\x06\x42udget\x12\x14\n\x0cmax_cost_usd\x18\x01 \x01(\x01\x12\x11\n\tmax_calls\x18\x02 \x01(\x05\"&\n\x05\x45rror\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,11 +32,21 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'baton.v1.common_pb2', _glob
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_CHATMESSAGE']._serialized_start=35
-  _globals['_CHATMESSAGE']._serialized_end=79
-  _globals['_USAGE']._serialized_start=81
-  _globals['_USAGE']._serialized_end=166
-  _globals['_BUDGET']._serialized_start=168
-  _globals['_BUDGET']._serialized_end=217
-  _globals['_ERROR']._serialized_start=219
-  _globals['_ERROR']._serialized_end=257
+  _globals['_CHATMESSAGE']._serialized_end=155
+  _globals['_TOOLCALL']._serialized_start=157
+  _globals['_TOOLCALL']._serialized_end=212
+  _globals['_TOOL']._serialized_start=214
+  _globals['_TOOL']._serialized_end=296
+  _globals['_ANSWEROPTIONS']._serialized_start=299
+  _globals['_ANSWEROPTIONS']._serialized_end=797
+  _globals['_TOKENLOGPROB']._serialized_start=799
+  _globals['_TOKENLOGPROB']._serialized_end=880
+  _globals['_TOPLOGPROB']._serialized_start=882
+  _globals['_TOPLOGPROB']._serialized_end=926
+  _globals['_USAGE']._serialized_start=928
+  _globals['_USAGE']._serialized_end=1013
+  _globals['_BUDGET']._serialized_start=1015
+  _globals['_BUDGET']._serialized_end=1064
+  _globals['_ERROR']._serialized_start=1066
+  _globals['_ERROR']._serialized_end=1104
 # @@protoc_insertion_point(module_scope)

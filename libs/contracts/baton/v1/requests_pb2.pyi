@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ChatRequest(_message.Message):
-    __slots__ = ("request_id", "policy", "messages", "max_tokens", "temperature", "metadata", "deadline_unix_ms", "created_unix_ms", "reply_partition", "budget", "stream", "group_id", "candidate", "group_size", "parent", "tenant")
+    __slots__ = ("request_id", "policy", "messages", "max_tokens", "temperature", "metadata", "deadline_unix_ms", "created_unix_ms", "reply_partition", "budget", "stream", "group_id", "candidate", "group_size", "parent", "tenant", "answer")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -32,6 +32,7 @@ class ChatRequest(_message.Message):
     GROUP_SIZE_FIELD_NUMBER: _ClassVar[int]
     PARENT_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     policy: str
     messages: _containers.RepeatedCompositeFieldContainer[_common_pb2.ChatMessage]
@@ -48,7 +49,8 @@ class ChatRequest(_message.Message):
     group_size: int
     parent: Parent
     tenant: str
-    def __init__(self, request_id: _Optional[str] = ..., policy: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_common_pb2.ChatMessage, _Mapping]]] = ..., max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., metadata: _Optional[_Mapping[str, str]] = ..., deadline_unix_ms: _Optional[int] = ..., created_unix_ms: _Optional[int] = ..., reply_partition: _Optional[int] = ..., budget: _Optional[_Union[_common_pb2.Budget, _Mapping]] = ..., stream: _Optional[bool] = ..., group_id: _Optional[str] = ..., candidate: _Optional[int] = ..., group_size: _Optional[int] = ..., parent: _Optional[_Union[Parent, _Mapping]] = ..., tenant: _Optional[str] = ...) -> None: ...
+    answer: _common_pb2.AnswerOptions
+    def __init__(self, request_id: _Optional[str] = ..., policy: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_common_pb2.ChatMessage, _Mapping]]] = ..., max_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., metadata: _Optional[_Mapping[str, str]] = ..., deadline_unix_ms: _Optional[int] = ..., created_unix_ms: _Optional[int] = ..., reply_partition: _Optional[int] = ..., budget: _Optional[_Union[_common_pb2.Budget, _Mapping]] = ..., stream: _Optional[bool] = ..., group_id: _Optional[str] = ..., candidate: _Optional[int] = ..., group_size: _Optional[int] = ..., parent: _Optional[_Union[Parent, _Mapping]] = ..., tenant: _Optional[str] = ..., answer: _Optional[_Union[_common_pb2.AnswerOptions, _Mapping]] = ...) -> None: ...
 
 class Parent(_message.Message):
     __slots__ = ("request_id", "task_id", "step", "attempt", "depth", "steps", "last_answer")

@@ -92,7 +92,7 @@ class Delta(_message.Message):
     def __init__(self, text: _Optional[str] = ..., task_id: _Optional[str] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class Response(_message.Message):
-    __slots__ = ("request_id", "answer", "error", "progress", "delta", "episode", "completed_unix_ms")
+    __slots__ = ("request_id", "answer", "error", "progress", "delta", "episode", "completed_unix_ms", "tool_calls", "finish_reason", "logprobs")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     ANSWER_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
@@ -100,6 +100,9 @@ class Response(_message.Message):
     DELTA_FIELD_NUMBER: _ClassVar[int]
     EPISODE_FIELD_NUMBER: _ClassVar[int]
     COMPLETED_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     answer: str
     error: _common_pb2.Error
@@ -107,4 +110,7 @@ class Response(_message.Message):
     delta: Delta
     episode: Episode
     completed_unix_ms: int
-    def __init__(self, request_id: _Optional[str] = ..., answer: _Optional[str] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ..., delta: _Optional[_Union[Delta, _Mapping]] = ..., episode: _Optional[_Union[Episode, _Mapping]] = ..., completed_unix_ms: _Optional[int] = ...) -> None: ...
+    tool_calls: _containers.RepeatedCompositeFieldContainer[_common_pb2.ToolCall]
+    finish_reason: str
+    logprobs: _containers.RepeatedCompositeFieldContainer[_common_pb2.TokenLogprob]
+    def __init__(self, request_id: _Optional[str] = ..., answer: _Optional[str] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ..., delta: _Optional[_Union[Delta, _Mapping]] = ..., episode: _Optional[_Union[Episode, _Mapping]] = ..., completed_unix_ms: _Optional[int] = ..., tool_calls: _Optional[_Iterable[_Union[_common_pb2.ToolCall, _Mapping]]] = ..., finish_reason: _Optional[str] = ..., logprobs: _Optional[_Iterable[_Union[_common_pb2.TokenLogprob, _Mapping]]] = ...) -> None: ...

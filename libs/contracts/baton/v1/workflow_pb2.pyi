@@ -57,7 +57,7 @@ class WorkflowPlanned(_message.Message):
     def __init__(self, request: _Optional[_Union[_requests_pb2.ChatRequest, _Mapping]] = ..., plan: _Optional[_Union[Plan, _Mapping]] = ..., planned_unix_ms: _Optional[int] = ...) -> None: ...
 
 class StepCompleted(_message.Message):
-    __slots__ = ("task_id", "step", "attempt", "worker", "output", "usage", "latency_ms", "model", "inner_plan")
+    __slots__ = ("task_id", "step", "attempt", "worker", "output", "usage", "latency_ms", "model", "inner_plan", "tool_calls", "finish_reason", "logprobs")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -67,6 +67,9 @@ class StepCompleted(_message.Message):
     LATENCY_MS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     INNER_PLAN_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     step: int
     attempt: int
@@ -76,7 +79,10 @@ class StepCompleted(_message.Message):
     latency_ms: float
     model: str
     inner_plan: Plan
-    def __init__(self, task_id: _Optional[str] = ..., step: _Optional[int] = ..., attempt: _Optional[int] = ..., worker: _Optional[str] = ..., output: _Optional[str] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., latency_ms: _Optional[float] = ..., model: _Optional[str] = ..., inner_plan: _Optional[_Union[Plan, _Mapping]] = ...) -> None: ...
+    tool_calls: _containers.RepeatedCompositeFieldContainer[_common_pb2.ToolCall]
+    finish_reason: str
+    logprobs: _containers.RepeatedCompositeFieldContainer[_common_pb2.TokenLogprob]
+    def __init__(self, task_id: _Optional[str] = ..., step: _Optional[int] = ..., attempt: _Optional[int] = ..., worker: _Optional[str] = ..., output: _Optional[str] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., latency_ms: _Optional[float] = ..., model: _Optional[str] = ..., inner_plan: _Optional[_Union[Plan, _Mapping]] = ..., tool_calls: _Optional[_Iterable[_Union[_common_pb2.ToolCall, _Mapping]]] = ..., finish_reason: _Optional[str] = ..., logprobs: _Optional[_Iterable[_Union[_common_pb2.TokenLogprob, _Mapping]]] = ...) -> None: ...
 
 class StepFailed(_message.Message):
     __slots__ = ("task_id", "step", "attempt", "worker", "error", "retryable", "latency_ms")

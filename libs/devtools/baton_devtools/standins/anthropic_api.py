@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import datetime, timezone
 from typing import Any, Callable
@@ -22,12 +23,13 @@ from .core import (
     sse,
     text_of,
 )
+from .behaviour import Wants
 
 _KNOWN_FIELDS = frozenset(
     {
         "model", "messages", "max_tokens", "system", "temperature", "top_p", "top_k", "stop_sequences",
         "stream", "metadata", "tools", "tool_choice", "thinking", "service_tier", "container",
-        "mcp_servers", "context_management",
+        "mcp_servers", "context_management", "output_config",
     }
 )  # fmt: skip
 _NOMINAL_TOKENS = 400_000
@@ -46,6 +48,70 @@ def _request_id(request_no: int) -> str:
 def _rfc3339(seconds_from_now: float) -> str:
     when = datetime.fromtimestamp(time.time() + seconds_from_now, tz=timezone.utc)
     return when.replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def _tool_blocks(content: Any) -> list[dict[str, Any]]:
+    if not isinstance(content, list):
+        return []
+    blocks = [b for b in content if isinstance(b, dict) and b.get("type") in ("tool_use", "tool_result")]
+    return blocks and [b for b in content if isinstance(b, dict)]
+
+
+def _tool_turn(role: str, blocks: list[dict[str, Any]], used: set[str], i: int) -> tuple[str, str] | str:
+    """An assistant turn with tool_use blocks or a user turn with tool_result blocks, as a transcript entry;
+    a string is the error the real API gives."""
+    texts = []
+    for j, block in enumerate(blocks):
+        kind = block.get("type")
+        if kind == "text":
+            texts.append(str(block.get("text", "")))
+        elif kind == "tool_use" and role == "assistant":
+            if not isinstance(block.get("id"), str) or not isinstance(block.get("input"), dict):
+                return f"messages.{i}.content.{j}.tool_use: id and input are required"
+            used.add(block["id"])
+            texts.append(f"[{block.get('name')}({json.dumps(block['input'])})]")
+        elif kind == "tool_result" and role == "user":
+            if block.get("tool_use_id") not in used:
+                return (f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` blocks: "
+                        f"{block.get('tool_use_id')}. Each `tool_result` block must have a corresponding `tool_use` "
+                        "block in the previous message.")
+            texts.append(text_of(block.get("content")) or "")
+        else:
+            return f"messages.{i}.content.{j}: unexpected block type {kind!r} in a {role} message"
+    return ("tool_result" if role == "user" else role, " ".join(texts))
+
+
+def _wants(body: dict[str, Any]) -> Wants | str:
+    wants = Wants()
+    tools = body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list) or not all(isinstance(t, dict) and isinstance(t.get("name"), str)
+                                                  and isinstance(t.get("input_schema"), dict) for t in tools):
+            return "tools: each tool needs a name and an input_schema object"
+        wants.tools = [(t["name"], t["input_schema"]) for t in tools]
+    choice = body.get("tool_choice")
+    if choice is not None:
+        kind = choice.get("type") if isinstance(choice, dict) else None
+        if kind == "tool":
+            if choice.get("name") not in dict(wants.tools):
+                return f"tool_choice: tool {choice.get('name')!r} not found in tools"
+            wants.tool_choice = choice["name"]
+        elif kind in ("auto", "any", "none"):
+            wants.tool_choice = "required" if kind == "any" else kind
+        else:
+            return "tool_choice: Input tag does not match any of the expected tags: 'auto', 'any', 'tool', 'none'"
+    fmt = (body.get("output_config") or {}).get("format")
+    if fmt is not None:
+        if not isinstance(fmt, dict) or fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
+            return "output_config.format: expected {type: json_schema, schema: {...}}"
+        wants.json_mode, wants.schema = "schema", fmt["schema"]
+    stops = body.get("stop_sequences")
+    wants.stop = [s for s in stops or [] if isinstance(s, str)]
+    return wants
+
+
+def _tool_id(call_id: str) -> str:
+    return call_id.replace("call_", "toolu_", 1)
 
 
 class AnthropicDialect(Dialect):
@@ -107,6 +173,7 @@ class AnthropicDialect(Dialect):
             return bad("messages: Input should be a valid list")
         if not messages:
             return bad("messages: at least one message is required")
+        used: set[str] = set()
         for i, message in enumerate(messages):
             if not isinstance(message, dict):
                 return bad(f"messages.{i}: Input should be a valid dictionary")
@@ -120,6 +187,13 @@ class AnthropicDialect(Dialect):
                 return bad(f"messages.{i}.role: Input should be 'user' or 'assistant'")
             if "content" not in message:
                 return bad(f"messages.{i}.content: Field required")
+            tool_blocks = _tool_blocks(message["content"])
+            if tool_blocks:
+                turn = _tool_turn(role, tool_blocks, used, i)
+                if isinstance(turn, str):
+                    return bad(turn)
+                transcript.append(turn)
+                continue
             text = text_of(message["content"])
             if text is None:
                 return bad(f"messages.{i}.content: Input should be a valid string or a list of content blocks")
@@ -130,7 +204,10 @@ class AnthropicDialect(Dialect):
                 )
             transcript.append((role, text))
         stream = body.get("stream") is True
-        return Parsed(model, transcript, max_tokens, stream, body=body)
+        wants = _wants(body)
+        if isinstance(wants, str):
+            return bad(wants)
+        return Parsed(model, transcript, max_tokens, stream, body=body, wants=wants)
 
     def unknown_model(self, parsed: Parsed) -> Response:
         return _error(404, "not_found_error", f"model: {parsed.model}")
@@ -198,12 +275,16 @@ class AnthropicDialect(Dialect):
             },
         }
 
+    @staticmethod
+    def _stop(reply: Reply) -> str:
+        return "tool_use" if reply.calls else "max_tokens" if reply.truncated else "end_turn"
+
     def reply(self, parsed: Parsed, reply: Reply) -> Response:
-        stop = "max_tokens" if reply.truncated else "end_turn"
+        content = [{"type": "text", "text": reply.text}] if reply.text or not reply.calls else []
+        content += [{"type": "tool_use", "id": _tool_id(c.id), "name": c.name, "input": c.arguments} for c in reply.calls]
         return JSONResponse(
             self._message(
-                parsed, reply, content=[{"type": "text", "text": reply.text}], stop_reason=stop,
-                output_tokens=reply.output_tokens,
+                parsed, reply, content=content, stop_reason=self._stop(reply), output_tokens=reply.output_tokens,
             )  # fmt: skip
         )
 
@@ -225,9 +306,19 @@ class AnthropicDialect(Dialect):
 
     def stream_events(self, parsed: Parsed, reply: Reply, chunks: list[str]) -> list[bytes]:
         events = self._opening(parsed, reply, chunks)
-        stop = "max_tokens" if reply.truncated else "end_turn"
+        stop = self._stop(reply)
+        events.append(sse({"type": "content_block_stop", "index": 0}, event="content_block_stop"))
+        for index, c in enumerate(reply.calls, start=1):
+            block = {"type": "tool_use", "id": _tool_id(c.id), "name": c.name, "input": {}}
+            events.append(sse({"type": "content_block_start", "index": index, "content_block": block},
+                              event="content_block_start"))
+            arguments = c.arguments_json
+            for start in range(0, len(arguments), 8):
+                delta = {"type": "input_json_delta", "partial_json": arguments[start:start + 8]}
+                events.append(sse({"type": "content_block_delta", "index": index, "delta": delta},
+                                  event="content_block_delta"))
+            events.append(sse({"type": "content_block_stop", "index": index}, event="content_block_stop"))
         events += [
-            sse({"type": "content_block_stop", "index": 0}, event="content_block_stop"),
             sse(
                 {
                     "type": "message_delta",

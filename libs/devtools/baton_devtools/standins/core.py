@@ -22,6 +22,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from .behaviour import Call, Wants, apply_stop, json_answer, tool_calls
+
 RECENT_REQUESTS_KEPT = 100
 
 
@@ -79,6 +81,7 @@ class Parsed:
     stream: bool
     extra: dict[str, Any] = field(default_factory=dict)
     body: dict[str, Any] | None = None  # the decoded request, kept for /_standin/requests
+    wants: Wants = field(default_factory=Wants)  # tools, JSON mode, stop sequences, log-probabilities
 
     @property
     def input_tokens(self) -> int:
@@ -92,6 +95,15 @@ class Reply:
     output_tokens: int
     truncated: bool  # stopped at max_tokens
     request_no: int
+    calls: list[Call] = field(default_factory=list)  # the tool calls the model makes instead of answering
+    logprobs: int | None = None  # alternatives per token when log-probabilities were asked for
+
+    def token_logprobs(self, text: str | None = None) -> list[tuple[str, float, list[tuple[str, float]]]]:
+        """(token, logprob, alternatives) per word piece of `text` (a streamed piece; the whole answer by
+        default): made up, but well formed."""
+        alternatives = self.logprobs or 0
+        return [(piece, -0.25, ([(piece, -0.25)] + [(f"alt{k}", -2.0 - k) for k in range(1, alternatives)])[:alternatives])
+                for piece in word_pieces(self.text if text is None else text)]
 
 
 def count_tokens(text: str) -> int:
@@ -116,6 +128,11 @@ def limit_words(text: str, max_tokens: int | None) -> tuple[str, int, bool]:
         return text, count, False
     words = [p for p in _PIECE.findall(text) if not p.isspace()]
     return "".join(words[:max_tokens]).rstrip(), max_tokens, True
+
+
+def word_pieces(text: str) -> list[str]:
+    """Words with their trailing whitespace: the stand-ins' tokens."""
+    return _PIECE.findall(text)
 
 
 def split_for_stream(text: str, max_chunks: int = 32) -> list[str]:
@@ -360,8 +377,15 @@ class StandinApp:
             state.counters["injected_failures"] += 1
             return dialect.server_error(config.fail_status or dialect.default_fail_status), None
 
-        text, output_tokens, truncated = limit_words(echo_text(parsed.model, parsed.transcript), parsed.max_tokens)
-        reply = Reply(text, parsed.input_tokens, output_tokens, truncated, request_no)
+        wants = parsed.wants
+        calls = tool_calls(wants, parsed.transcript, request_no)
+        echo = echo_text(parsed.model, parsed.transcript)
+        text, _ = apply_stop("" if calls else json_answer(wants, parsed.transcript, echo) or echo, wants.stop)
+        text, output_tokens, truncated = limit_words(text, parsed.max_tokens)
+        if calls:
+            output_tokens = sum(count_tokens(c.name + " " + c.arguments_json) for c in calls)
+        reply = Reply(text, parsed.input_tokens, output_tokens, truncated, request_no, calls=calls,
+                      logprobs=wants.logprobs)
         headers = dialect.headers(state, request_no)
         if not parsed.stream:
             state.counters["served"] += 1

@@ -21,6 +21,7 @@ from .core import (
     retry_after_header,
     sse,
 )
+from .behaviour import Wants
 
 # The API speaks protobuf JSON, which accepts both spellings of every field.
 _KNOWN_FIELDS = frozenset(
@@ -81,10 +82,52 @@ def _parts_text(content: Any, where: str) -> str | JSONResponse:
         return _invalid(f"* GenerateContentRequest.{where}.parts: contents.parts must not be empty.\n")
     texts = []
     for part in parts:
-        if not isinstance(part, dict) or not isinstance(part.get("text"), str):
-            return _invalid(f"* GenerateContentRequest.{where}.parts: only text parts are supported by the stand-in\n")
-        texts.append(part["text"])
+        if isinstance(part, dict) and isinstance(part.get("functionCall"), dict):
+            call = part["functionCall"]
+            texts.append(f"[{call.get('name')}({json.dumps(call.get('args') or {})})]")
+        elif isinstance(part, dict) and isinstance(part.get("functionResponse"), dict):
+            answer = part["functionResponse"]
+            if not isinstance(answer.get("name"), str) or not answer["name"]:
+                return _invalid(f"* GenerateContentRequest.{where}.parts.function_response.name: Name cannot be empty.\n")
+            result = answer.get("response")
+            texts.append(result.get("result") if isinstance(result, dict) and isinstance(result.get("result"), str)
+                         else json.dumps(result))
+        elif isinstance(part, dict) and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        else:
+            return _invalid(f"* GenerateContentRequest.{where}.parts: only text and function parts are supported by "
+                            "the stand-in\n")
     return "".join(texts)
+
+
+def _answers_calls(content: Any) -> bool:
+    parts = content.get("parts") if isinstance(content, dict) else None
+    return isinstance(parts, list) and any(isinstance(p, dict) and "functionResponse" in p for p in parts)
+
+
+def _wants(body: dict[str, Any], config: dict[str, Any]) -> Wants | JSONResponse:
+    wants = Wants()
+    for group in body.get("tools") or []:
+        for f in (group.get("functionDeclarations") or group.get("function_declarations") or []
+                  if isinstance(group, dict) else []):
+            if not isinstance(f, dict) or not isinstance(f.get("name"), str):
+                return _invalid("* GenerateContentRequest.tools[0].function_declarations: name is required\n")
+            wants.tools.append((f["name"], f.get("parametersJsonSchema") or f.get("parameters") or {}))
+    calling = (_field(body, "toolConfig", "tool_config") or {}).get("functionCallingConfig") or {}
+    mode = calling.get("mode", "AUTO")
+    allowed = calling.get("allowedFunctionNames") or []
+    if mode == "ANY" and len(allowed) == 1:
+        wants.tool_choice = allowed[0]
+    else:
+        wants.tool_choice = {"AUTO": "auto", "ANY": "required", "NONE": "none"}.get(mode, "auto")
+    if _field(config, "responseMimeType", "response_mime_type") == "application/json":
+        schema = _field(config, "responseJsonSchema", "response_json_schema") or _field(config, "responseSchema",
+                                                                                       "response_schema")
+        wants.json_mode, wants.schema = ("schema", schema) if schema else ("object", None)
+    wants.stop = [x for x in _field(config, "stopSequences", "stop_sequences") or [] if isinstance(x, str)]
+    if _field(config, "responseLogprobs", "response_logprobs"):
+        wants.logprobs = int(config.get("logprobs") or 0)
+    return wants
 
 
 class GeminiDialect(Dialect):
@@ -150,7 +193,7 @@ class GeminiDialect(Dialect):
             text = _parts_text(content, f"contents[{i}]")
             if isinstance(text, Response):
                 return text
-            transcript.append((role, text))
+            transcript.append(("tool_result" if _answers_calls(content) else role, text))
         config_body = _field(body, "generationConfig", "generation_config") or {}
         if not isinstance(config_body, dict):
             return _invalid("Invalid value at 'generation_config': expected an object")
@@ -173,7 +216,11 @@ class GeminiDialect(Dialect):
             "sse": request.query_params.get("alt") == "sse",
             "key_in_query": "key" in request.query_params,
         }
-        return Parsed(model.removeprefix("models/"), transcript, max_tokens or None, stream, extra=extra, body=body)
+        wants = _wants(body, config_body)
+        if isinstance(wants, Response):
+            return wants
+        return Parsed(model.removeprefix("models/"), transcript, max_tokens or None, stream, extra=extra, body=body,
+                      wants=wants)
 
     def unknown_model(self, parsed: Parsed) -> Response:
         return _status_error(
@@ -244,9 +291,18 @@ class GeminiDialect(Dialect):
 
     def _response(self, parsed: Parsed, reply: Reply, text: str, finish: str | None,
                   output_tokens: int | None) -> dict[str, Any]:  # fmt: skip
-        candidate: dict[str, Any] = {"content": {"parts": [{"text": text}], "role": "model"}}
+        parts: list[dict[str, Any]] = [{"text": text}] if text or not reply.calls else []
+        if finish:  # function calls come whole, with the last chunk
+            parts += [{"functionCall": {"name": c.name, "args": c.arguments}} for c in reply.calls]
+        candidate: dict[str, Any] = {"content": {"parts": parts, "role": "model"}}
         if finish:
             candidate["finishReason"] = finish
+        if reply.logprobs is not None and text:
+            chosen = reply.token_logprobs(text)
+            candidate["logprobsResult"] = {
+                "topCandidates": [{"candidates": [{"token": a, "logProbability": alp} for a, alp in top]}
+                                  for _, _, top in chosen],
+                "chosenCandidates": [{"token": t, "logProbability": lp} for t, lp, _ in chosen]}
         candidate["index"] = 0
         return {
             "candidates": [candidate],
@@ -256,7 +312,7 @@ class GeminiDialect(Dialect):
         }
 
     def reply(self, parsed: Parsed, reply: Reply) -> Response:
-        finish = "MAX_TOKENS" if reply.truncated else "STOP"
+        finish = "MAX_TOKENS" if reply.truncated and not reply.calls else "STOP"
         return JSONResponse(self._response(parsed, reply, reply.text, finish, reply.output_tokens))
 
     def _chunks(self, parsed: Parsed, reply: Reply, chunks: list[str]) -> list[dict[str, Any]]:

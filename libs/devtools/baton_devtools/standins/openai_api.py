@@ -21,6 +21,7 @@ from .core import (
     sse,
     text_of,
 )
+from .behaviour import Wants
 
 _KNOWN_FIELDS = frozenset(
     {
@@ -56,6 +57,89 @@ def go_duration(seconds: float) -> str:
     minutes, rest = divmod(seconds, 60)
     rest = round(rest, 3)
     return f"{int(minutes)}m{rest:g}s" if minutes else f"{rest:g}s"
+
+
+def _check_calls(calls: Any, i: int) -> Response | None:
+    if not isinstance(calls, list) or not all(
+        isinstance(c, dict) and isinstance(c.get("id"), str) and c.get("type") == "function"
+        and isinstance(c.get("function"), dict) and isinstance(c["function"].get("name"), str)
+        and isinstance(c["function"].get("arguments"), str) for c in calls
+    ):
+        return _error(400, f"Invalid 'messages[{i}].tool_calls': expected an array of function calls with id, "
+                      "type and function (name, arguments).", param=f"messages[{i}].tool_calls",
+                      code="invalid_type")  # fmt: skip
+    return None
+
+
+def _wants(body: dict[str, Any]) -> Wants | Response:
+    """Tools, tool_choice, response_format, stop and logprobs, validated as the real API does."""
+    wants = Wants()
+    tools = body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list) or not all(
+            isinstance(t, dict) and t.get("type") == "function" and isinstance(t.get("function"), dict)
+            and isinstance(t["function"].get("name"), str) for t in tools
+        ):
+            return _error(400, "Invalid 'tools': expected an array of function tools.", param="tools",
+                          code="invalid_type")  # fmt: skip
+        wants.tools = [(t["function"]["name"], t["function"].get("parameters") or {}) for t in tools]
+    choice = body.get("tool_choice")
+    if choice is not None:
+        if not wants.tools:
+            return _error(400, "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are "
+                          "specified.", param="tool_choice")  # fmt: skip
+        if isinstance(choice, dict):
+            name = (choice.get("function") or {}).get("name")
+            if name not in dict(wants.tools):
+                return _error(400, f"Invalid value for 'tool_choice': no function named '{name}' was specified in "
+                              "the 'tools' parameter.", param="tool_choice")  # fmt: skip
+            wants.tool_choice = name
+        elif choice in ("auto", "none", "required"):
+            wants.tool_choice = choice
+        else:
+            return _error(400, f"Invalid value: '{choice}'. Supported values are: 'none', 'auto', and 'required'.",
+                          param="tool_choice", code="invalid_value")  # fmt: skip
+    fmt = body.get("response_format")
+    if fmt is not None:
+        kind = fmt.get("type") if isinstance(fmt, dict) else None
+        if kind == "json_schema":
+            spec = fmt.get("json_schema")
+            if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+                return _error(400, "Missing required parameter: 'response_format.json_schema.name'.",
+                              param="response_format.json_schema.name", code="missing_required_parameter")  # fmt: skip
+            wants.json_mode, wants.schema = "schema", spec.get("schema") or {}
+        elif kind == "json_object":
+            wants.json_mode = "object"
+        elif kind != "text":
+            return _error(400, f"Invalid value: '{kind}'. Supported values are: 'text', 'json_object', and "
+                          "'json_schema'.", param="response_format.type", code="invalid_value")  # fmt: skip
+    stop = body.get("stop")
+    wants.stop = [stop] if isinstance(stop, str) else [s for s in stop or [] if isinstance(s, str)]
+    if body.get("logprobs") is True:
+        wants.logprobs = int(body.get("top_logprobs") or 0)
+    elif body.get("top_logprobs") is not None:
+        return _error(400, "Invalid value for 'logprobs': must be true when 'top_logprobs' is specified.",
+                      param="logprobs")  # fmt: skip
+    return wants
+
+
+def _tool_calls(reply: Reply) -> list[dict[str, Any]]:
+    return [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments_json}}
+            for c in reply.calls]
+
+
+def _logprob_content(tokens: list[tuple[str, float, list[tuple[str, float]]]]) -> dict[str, Any]:
+    return {"content": [{"token": t, "logprob": lp, "bytes": list(t.encode()),
+                         "top_logprobs": [{"token": a, "logprob": alp, "bytes": list(a.encode())} for a, alp in top]}
+                        for t, lp, top in tokens], "refusal": None}
+
+
+def _logprobs(reply: Reply) -> dict[str, Any] | None:
+    return None if reply.logprobs is None else _logprob_content(reply.token_logprobs())
+
+
+def _finish(reply: Reply) -> str:
+    return "tool_calls" if reply.calls else "length" if reply.truncated else "stop"
 
 
 class OpenAIDialect(Dialect):
@@ -111,6 +195,7 @@ class OpenAIDialect(Dialect):
             return _error(400, "Invalid 'messages': empty array. Expected an array with minimum length 1, "
                           "but got an empty array instead.", param="messages", code="empty_array")  # fmt: skip
         transcript: list[tuple[str, str]] = []
+        called: set[str] = set()
         for i, message in enumerate(messages):
             if not isinstance(message, dict) or "role" not in message:
                 return _error(400, f"Missing required parameter: 'messages[{i}].role'.", param=f"messages[{i}].role",
@@ -120,6 +205,19 @@ class OpenAIDialect(Dialect):
                 supported = ", ".join(f"'{r}'" for r in _ROLES[:-1]) + f", and '{_ROLES[-1]}'"
                 return _error(400, f"Invalid value: '{role}'. Supported values are: {supported}.",
                               param=f"messages[{i}].role", code="invalid_value")  # fmt: skip
+            calls = message.get("tool_calls") if role == "assistant" else None
+            if calls:
+                problem = _check_calls(calls, i)
+                if problem is not None:
+                    return problem
+                called.update(c["id"] for c in calls)
+                text = text_of(message.get("content")) or ""
+                text += " ".join(f"[{c['function']['name']}({c['function']['arguments']})]" for c in calls)
+                transcript.append((role, text))
+                continue
+            if role == "tool" and message.get("tool_call_id") not in called:
+                return _error(400, "Invalid parameter: messages with role 'tool' must be a response to a preceeding "
+                              "message with 'tool_calls'.", param=f"messages.[{i}].role")  # fmt: skip
             text = text_of(message.get("content"))
             if text is None:
                 return _error(400, f"Invalid type for 'messages[{i}].content': expected one of a string or an "
@@ -155,7 +253,11 @@ class OpenAIDialect(Dialect):
             return _error(400, "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
                           param="stream_options", code="invalid_value")  # fmt: skip
         include_usage = bool(stream and (body.get("stream_options") or {}).get("include_usage"))
-        return Parsed(model, transcript, max_tokens, stream, extra={"include_usage": include_usage}, body=body)
+        wants = _wants(body)
+        if isinstance(wants, Response):
+            return wants
+        return Parsed(model, transcript, max_tokens, stream, extra={"include_usage": include_usage}, body=body,
+                      wants=wants)
 
     def unknown_model(self, parsed: Parsed) -> Response:
         return _error(404, f"The model `{parsed.model}` does not exist or you do not have access to it.",
@@ -247,9 +349,11 @@ class OpenAIDialect(Dialect):
                 "choices": [
                     {
                         "index": 0,
-                        "message": {"role": "assistant", "content": reply.text, "refusal": None, "annotations": []},
-                        "logprobs": None,
-                        "finish_reason": "length" if reply.truncated else "stop",
+                        "message": {"role": "assistant", "content": None if reply.calls else reply.text,
+                                    "refusal": None, "annotations": [],
+                                    **({"tool_calls": _tool_calls(reply)} if reply.calls else {})},
+                        "logprobs": _logprobs(reply),
+                        "finish_reason": _finish(reply),
                     }
                 ],
                 "usage": self._usage(reply),
@@ -278,13 +382,27 @@ class OpenAIDialect(Dialect):
             return [{"index": 0, "delta": d, "logprobs": None, "finish_reason": finish}]
 
         events = [self._chunk(parsed, reply, created, delta({"role": "assistant", "content": "", "refusal": None}))]
-        events += [self._chunk(parsed, reply, created, delta({"content": piece})) for piece in chunks if piece]
+        for piece in chunks:
+            if piece:
+                d = [{"index": 0, "delta": {"content": piece}, "finish_reason": None, "logprobs": None}]
+                if reply.logprobs is not None:
+                    # The tokens of this piece: the whitespace pieces it is made of.
+                    d[0]["logprobs"] = _logprob_content(reply.token_logprobs(piece))
+                events.append(self._chunk(parsed, reply, created, d))
+        for index, call in enumerate(reply.calls):
+            # As the real API streams a call: id and name first, then the arguments in pieces.
+            head = {"index": index, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}
+            events.append(self._chunk(parsed, reply, created, delta({"tool_calls": [head]})))
+            arguments = call.arguments_json
+            for start in range(0, len(arguments), 8):
+                piece = {"index": index, "function": {"arguments": arguments[start:start + 8]}}
+                events.append(self._chunk(parsed, reply, created, delta({"tool_calls": [piece]})))
         return events
 
     def stream_events(self, parsed: Parsed, reply: Reply, chunks: list[str]) -> list[bytes]:
         created = int(time.time())
         events = self._opening(parsed, reply, chunks, created)
-        finish = "length" if reply.truncated else "stop"
+        finish = _finish(reply)
         events.append(
             self._chunk(parsed, reply, created, [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish}])
         )

@@ -21,7 +21,7 @@ from .base import (
     status_label,
 )
 
-_ROLES = frozenset({"system", "user", "assistant"})
+_ROLES = frozenset({"system", "user", "assistant", "tool"})
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,8 @@ class HttpProvider:
 
     name = "provider"
     default_base_url = ""
+    # Request parameters (OpenAI's names) this API cannot honour.
+    unsupported: frozenset[str] = frozenset()
 
     def __init__(
         self,
@@ -130,11 +132,16 @@ class HttpProvider:
             if role not in _ROLES:
                 raise ProviderError(
                     f"{self.name}: message {index} has unsupported role {role!r}"
-                    " (expected system, user or assistant)",
+                    " (expected system, user, assistant or tool)",
                     retryable=False,
                 )
             if not isinstance(message.get("content"), str):
                 raise ProviderError(f"{self.name}: message {index} content must be a string", retryable=False)
+        refused = sorted(call.spec.given() & self.unsupported)
+        if refused:
+            # The client asked for it and would not get it: fail clearly (a fallback worker may take it).
+            raise ProviderError(f"{self.name}: the provider's API has no equivalent of the request parameter "
+                                f"{', '.join(refused)}", retryable=False)
 
     def _max_tokens(self, call: ProviderCall) -> int | None:
         return call.max_tokens if call.max_tokens is not None else self.max_output_tokens_default
@@ -274,6 +281,29 @@ class HttpProvider:
 
     def _stream_error_retryable(self, code: str | None) -> bool:
         return True
+
+
+def arguments_object(arguments: str) -> dict[str, Any]:
+    """A tool call's arguments as the object APIs other than OpenAI's want."""
+    try:
+        value = json.loads(arguments or "{}")
+    except ValueError:
+        raise ProviderError(f"tool call arguments are not JSON: {clip(arguments, 80)!r}", retryable=False) from None
+    if not isinstance(value, dict):
+        raise ProviderError("tool call arguments must be a JSON object", retryable=False)
+    return value
+
+
+def tool_turns(messages: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Consecutive tool turns grouped: Anthropic and Gemini take all the results of one assistant turn's
+    calls in a single user turn."""
+    groups: list[list[dict[str, Any]]] = []
+    for m in messages:
+        if m["role"] == "tool" and groups and groups[-1][0]["role"] == "tool":
+            groups[-1].append(m)
+        else:
+            groups.append([m])
+    return groups
 
 
 def int_or_zero(value: Any) -> int:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Mapping
 
 import httpx
 
-from ._http import HttpProvider, int_or_zero, iter_sse
-from .base import ProviderCall, ProviderError, ProviderReply, parse_retry_after, parse_rfc3339_delay
+from ._http import HttpProvider, arguments_object, int_or_zero, iter_sse, tool_turns
+from .base import (AnswerSpec, ProviderCall, ProviderError, ProviderReply, ToolCall, parse_retry_after,
+                   parse_rfc3339_delay, sampling_fields)
 
 ANTHROPIC_VERSION = "2023-06-01"
 # Anthropic requires max_tokens even when the caller configured no default.
@@ -38,9 +40,44 @@ def _input_tokens(usage: Mapping[str, Any]) -> int:
     )
 
 
+def _turn(group: list[dict[str, Any]]) -> dict[str, Any]:
+    """One Messages API turn: tool results (all of one assistant turn's) go back in a user turn."""
+    first = group[0]
+    if first["role"] == "tool":
+        return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": m.get("tool_call_id", ""),
+                                             "content": m["content"]} for m in group]}
+    if not first.get("tool_calls"):
+        return {"role": first["role"], "content": first["content"]}
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": first["content"]}] if first["content"] else []
+    blocks += [{"type": "tool_use", "id": c["id"], "name": c["name"], "input": arguments_object(c["arguments"])}
+               for c in first["tool_calls"]]
+    return {"role": "assistant", "content": blocks}
+
+
+def _spec_fields(spec: AnswerSpec) -> dict[str, Any]:
+    body: dict[str, Any] = {}
+    if spec.tools:
+        body["tools"] = [{"name": t.name, **({"description": t.description} if t.description else {}),
+                          "input_schema": t.parameters, **({"strict": True} if t.strict else {})} for t in spec.tools]
+    choice = {"auto": {"type": "auto"}, "none": {"type": "none"}, "required": {"type": "any"},
+              "function": {"type": "tool", "name": spec.tool_choice_name}}.get(spec.tool_choice)
+    if spec.parallel_tool_calls is False and spec.tool_choice != "none":
+        choice = {**(choice or {"type": "auto"}), "disable_parallel_tool_use": True}
+    if choice is not None:
+        body["tool_choice"] = choice
+    if spec.response_format == "json_schema":
+        # Anthropic's structured outputs; json_object has no equivalent and is checked after the call.
+        body["output_config"] = {"format": {"type": "json_schema", "schema": spec.schema or {}}}
+    body.update(sampling_fields(spec, {"top_p": "top_p", "stop": "stop_sequences"}))
+    if spec.user:
+        body["metadata"] = {"user_id": spec.user}
+    return body
+
+
 class AnthropicProvider(HttpProvider):
     name = "anthropic"
     default_base_url = "https://api.anthropic.com"
+    unsupported = frozenset({"seed", "logprobs", "top_logprobs", "presence_penalty", "frequency_penalty", "logit_bias"})
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -59,14 +96,13 @@ class AnthropicProvider(HttpProvider):
         body: dict[str, Any] = {
             "model": call.model,
             "max_tokens": self._max_tokens(call) or _REQUIRED_MAX_TOKENS_FALLBACK,
-            "messages": [
-                {"role": m["role"], "content": m["content"]} for m in call.messages if m["role"] != "system"
-            ],
+            "messages": [_turn(group) for group in tool_turns([m for m in call.messages if m["role"] != "system"])],
         }
         if system:
             body["system"] = "\n\n".join(system)
         if call.temperature is not None:
             body["temperature"] = call.temperature
+        body.update(_spec_fields(call.spec))
         if stream:
             body["stream"] = True
         return f"{self.base_url}/v1/messages", body, None
@@ -74,8 +110,11 @@ class AnthropicProvider(HttpProvider):
     def _parse_reply(self, body: Any, call: ProviderCall) -> ProviderReply:
         if not isinstance(body, dict) or body.get("type") == "error":
             raise ProviderError(f"{self.name}: reply was not a message", retryable=False)
-        blocks = body.get("content") or []
-        text = "".join(b.get("text", "") for b in blocks if isinstance(b, dict) and b.get("type") == "text")
+        blocks = [b for b in body.get("content") or [] if isinstance(b, dict)]
+        text = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
+        calls = tuple(ToolCall(id=b.get("id") or f"toolu_{i}", name=b.get("name") or "",
+                               arguments=json.dumps(b.get("input") or {}))
+                      for i, b in enumerate(blocks) if b.get("type") == "tool_use")
         usage = body.get("usage") or {}
         return ProviderReply(
             text=text,
@@ -83,10 +122,12 @@ class AnthropicProvider(HttpProvider):
             output_tokens=int_or_zero(usage.get("output_tokens")),
             model=body.get("model") or call.model,
             finish_reason=body.get("stop_reason"),
+            tool_calls=calls,
         )
 
     async def _read_stream(self, response: httpx.Response, call: ProviderCall) -> ProviderReply:
         parts: list[str] = []
+        calls: dict[int, dict[str, str]] = {}  # by block index: id and name at the start, input in pieces
         model: str | None = None
         input_tokens = 0
         output_tokens = 0
@@ -101,11 +142,18 @@ class AnthropicProvider(HttpProvider):
                 usage = message.get("usage") or {}
                 input_tokens = _input_tokens(usage)
                 output_tokens = int_or_zero(usage.get("output_tokens"))
+            elif kind == "content_block_start":
+                block = payload.get("content_block") or {}
+                if block.get("type") == "tool_use":
+                    calls[int_or_zero(payload.get("index"))] = {"id": block.get("id") or "", "name": block.get("name") or "",
+                                                               "input": ""}
             elif kind == "content_block_delta":
                 delta = payload.get("delta") or {}
                 if delta.get("type") == "text_delta":
                     parts.append(delta.get("text", ""))
                     call.emit(parts[-1])
+                elif delta.get("type") == "input_json_delta" and int_or_zero(payload.get("index")) in calls:
+                    calls[int_or_zero(payload.get("index"))]["input"] += delta.get("partial_json") or ""
             elif kind == "message_delta":
                 stop_reason = (payload.get("delta") or {}).get("stop_reason") or stop_reason
                 usage = payload.get("usage") or {}
@@ -129,6 +177,8 @@ class AnthropicProvider(HttpProvider):
             output_tokens=output_tokens,
             model=model or call.model,
             finish_reason=stop_reason,
+            tool_calls=tuple(ToolCall(id=c["id"] or f"toolu_{i}", name=c["name"], arguments=c["input"] or "{}")
+                             for i, c in sorted(calls.items())),
         )
 
     # --- errors ------------------------------------------------------------------

@@ -7,7 +7,7 @@ import math
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Protocol, runtime_checkable
+from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
 import httpx
 
@@ -15,12 +15,89 @@ PROVIDER_KINDS = ("openai", "openai_compatible", "anthropic", "gemini")
 
 
 @dataclass(frozen=True)
+class ToolSpec:
+    """A function the model may call; `parameters` is its JSON Schema."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+    strict: bool = False
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A call the model asked for, in OpenAI's terms: `arguments` is a JSON object as text."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class AnswerSpec:
+    """The client's wishes for the answering step beyond max_tokens and temperature. Each adapter
+    sends what its API has a field for and refuses (`unsupported`) what it cannot honour."""
+
+    tools: tuple[ToolSpec, ...] = ()
+    tool_choice: str = ""  # "", "auto", "none", "required" or "function" (with tool_choice_name)
+    tool_choice_name: str = ""
+    parallel_tool_calls: bool | None = None
+    response_format: str = ""  # "", "json_object" or "json_schema"
+    schema_name: str = ""
+    schema: dict[str, Any] | None = None
+    schema_strict: bool = False
+    top_p: float | None = None
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    logprobs: bool = False
+    top_logprobs: int = 0
+    user: str = ""
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, int] | None = None
+
+    def given(self) -> set[str]:
+        """The names (OpenAI's) of the options this spec sets."""
+        names = {"tools": bool(self.tools), "tool_choice": bool(self.tool_choice),
+                 "parallel_tool_calls": self.parallel_tool_calls is False,  # True is every API's default
+                 "response_format": bool(self.response_format), "top_p": self.top_p is not None,
+                 "stop": bool(self.stop), "seed": self.seed is not None, "logprobs": self.logprobs,
+                 "top_logprobs": bool(self.top_logprobs), "user": bool(self.user),
+                 "presence_penalty": self.presence_penalty is not None,
+                 "frequency_penalty": self.frequency_penalty is not None, "logit_bias": bool(self.logit_bias)}
+        return {name for name, set_ in names.items() if set_}
+
+
+NO_SPEC = AnswerSpec()
+
+
+def sampling_fields(spec: AnswerSpec, names: Mapping[str, str]) -> dict[str, Any]:
+    """The spec's sampling options that are set, under an API's field names (`names`: OpenAI's name ->
+    the API's, for the options the API has)."""
+    values = {"top_p": spec.top_p, "seed": spec.seed, "presence_penalty": spec.presence_penalty,
+              "frequency_penalty": spec.frequency_penalty, "stop": list(spec.stop) or None,
+              "logprobs": True if spec.logprobs else None,
+              "top_logprobs": spec.top_logprobs if spec.logprobs and spec.top_logprobs else None}
+    return {names[k]: v for k, v in values.items() if v is not None and k in names}
+
+
+@dataclass(frozen=True)
 class ProviderCall:
     model: str
-    messages: list[dict[str, str]]
+    # Chat turns: role and content, and on tool exchanges `tool_calls` (dicts of id, name, arguments),
+    # `tool_call_id` and `name`.
+    messages: list[dict[str, Any]]
     max_tokens: int | None = None
     temperature: float | None = None
     timeout_s: float = 60.0
+    spec: AnswerSpec = NO_SPEC
     # Receives each piece of the answer as the provider streams it; set, it makes the call stream.
     # Pieces of a call that later fails were still delivered: the caller decides what they are worth.
     on_delta: Callable[[str], None] | None = field(default=None, repr=False, compare=False)
@@ -37,6 +114,8 @@ class ProviderReply:
     output_tokens: int
     model: str
     finish_reason: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 class ProviderError(Exception):

@@ -6,14 +6,16 @@ parameter would end up in access logs and in the URL attribute of HTTP spans.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Mapping
 from urllib.parse import quote
 
 import httpx
 
-from ._http import HttpProvider, int_or_zero, iter_sse
-from .base import ProviderCall, ProviderError, ProviderReply, parse_go_duration, parse_retry_after
+from ._http import HttpProvider, arguments_object, int_or_zero, iter_sse, tool_turns
+from .base import (AnswerSpec, ProviderCall, ProviderError, ProviderReply, TokenLogprob, ToolCall, parse_go_duration,
+                   parse_retry_after, sampling_fields)
 
 _CONTEXT_OVERFLOW = re.compile(
     r"exceeds the maximum number of tokens|token count.*exceed|exceeds the context window|too many tokens",
@@ -41,9 +43,67 @@ def _details(body: Any) -> list[dict[str, Any]]:
     return [d for d in details if isinstance(d, dict)] if isinstance(details, list) else []
 
 
+def _content(group: list[dict[str, Any]]) -> dict[str, Any]:
+    first = group[0]
+    if first["role"] == "tool":
+        # Gemini matches a result to its call by the function's name.
+        return {"role": "user", "parts": [{"functionResponse": {"name": m.get("name", ""),
+                                                                "response": {"result": m["content"]}}} for m in group]}
+    parts: list[dict[str, Any]] = [{"text": first["content"]}] if first["content"] or not first.get("tool_calls") else []
+    parts += [{"functionCall": {"name": c["name"], "args": arguments_object(c["arguments"])}}
+              for c in first.get("tool_calls") or ()]
+    return {"role": "model" if first["role"] == "assistant" else "user", "parts": parts}
+
+
+def _tool_fields(spec: AnswerSpec) -> dict[str, Any]:
+    body: dict[str, Any] = {}
+    if spec.tools:
+        body["tools"] = [{"functionDeclarations": [
+            {"name": t.name, **({"description": t.description} if t.description else {}),
+             "parametersJsonSchema": t.parameters} for t in spec.tools]}]
+    mode = {"auto": "AUTO", "none": "NONE", "required": "ANY", "function": "ANY"}.get(spec.tool_choice)
+    if mode:
+        config: dict[str, Any] = {"mode": mode}
+        if spec.tool_choice == "function":
+            config["allowedFunctionNames"] = [spec.tool_choice_name]
+        body["toolConfig"] = {"functionCallingConfig": config}
+    return body
+
+
+def _generation_fields(spec: AnswerSpec) -> dict[str, Any]:
+    config = sampling_fields(spec, {"top_p": "topP", "seed": "seed", "presence_penalty": "presencePenalty",
+                                    "frequency_penalty": "frequencyPenalty", "stop": "stopSequences",
+                                    "logprobs": "responseLogprobs", "top_logprobs": "logprobs"})
+    if spec.response_format:
+        config["responseMimeType"] = "application/json"
+        if spec.response_format == "json_schema":
+            config["responseJsonSchema"] = spec.schema or {}
+    return config
+
+
+def _function_calls(candidates: list[Mapping[str, Any]]) -> tuple[ToolCall, ...]:
+    calls = [p["functionCall"] for c in candidates for p in (c.get("content") or {}).get("parts") or []
+             if isinstance(p, dict) and isinstance(p.get("functionCall"), dict)]
+    # The Developer API often leaves the id out; OpenAI's clients need one to answer the call by.
+    return tuple(ToolCall(id=f.get("id") or f"call_{i}", name=f.get("name") or "", arguments=json.dumps(f.get("args") or {}))
+                 for i, f in enumerate(calls))
+
+
+def _logprobs(candidate: Mapping[str, Any]) -> tuple[TokenLogprob, ...]:
+    result = candidate.get("logprobsResult") or {}
+    tops = result.get("topCandidates") or []
+    out = []
+    for i, chosen in enumerate(result.get("chosenCandidates") or []):
+        top = tops[i].get("candidates") or [] if i < len(tops) and isinstance(tops[i], dict) else []
+        out.append(TokenLogprob(token=str(chosen.get("token", "")), logprob=float(chosen.get("logProbability") or 0.0),
+                                top=tuple((str(a.get("token", "")), float(a.get("logProbability") or 0.0)) for a in top)))
+    return tuple(out)
+
+
 class GeminiProvider(HttpProvider):
     name = "gemini"
     default_base_url = "https://generativelanguage.googleapis.com"
+    unsupported = frozenset({"logit_bias", "parallel_tool_calls"})
 
     def _headers(self) -> dict[str, str]:
         headers = {"accept": "application/json"}
@@ -55,11 +115,7 @@ class GeminiProvider(HttpProvider):
         model = call.model.removeprefix("models/")
         system = [m["content"] for m in call.messages if m["role"] == "system"]
         body: dict[str, Any] = {
-            "contents": [
-                {"role": "model" if m["role"] == "assistant" else "user", "parts": [{"text": m["content"]}]}
-                for m in call.messages
-                if m["role"] != "system"
-            ]
+            "contents": [_content(group) for group in tool_turns([m for m in call.messages if m["role"] != "system"])]
         }
         if system:
             body["systemInstruction"] = {"parts": [{"text": "\n\n".join(system)}]}
@@ -69,6 +125,8 @@ class GeminiProvider(HttpProvider):
             config["maxOutputTokens"] = max_tokens
         if call.temperature is not None:
             config["temperature"] = call.temperature
+        config.update(_generation_fields(call.spec))
+        body.update(_tool_fields(call.spec))
         if config:
             body["generationConfig"] = config
         method = "streamGenerateContent" if stream else "generateContent"
@@ -106,6 +164,8 @@ class GeminiProvider(HttpProvider):
             output_tokens=self._output_tokens(usage),
             model=body.get("modelVersion") or call.model,
             finish_reason=candidate.get("finishReason"),
+            tool_calls=_function_calls([candidate]),
+            logprobs=_logprobs(candidate),
         )
 
     async def _read_stream(self, response: httpx.Response, call: ProviderCall) -> ProviderReply:
@@ -114,6 +174,8 @@ class GeminiProvider(HttpProvider):
         finish_reason: str | None = None
         model: str | None = None
         last: dict[str, Any] = {}
+        seen: list[Mapping[str, Any]] = []  # candidates of every chunk: function calls come whole, in any
+        logprobs: list[TokenLogprob] = []
         async for event in iter_sse(response):
             chunk = self._decode_event(event.data)
             if isinstance(chunk.get("error"), dict):
@@ -127,6 +189,8 @@ class GeminiProvider(HttpProvider):
                     continue
                 parts.append(self._candidate_text(candidate))
                 call.emit(parts[-1])
+                seen.append(candidate)
+                logprobs.extend(_logprobs(candidate))
                 finish_reason = candidate.get("finishReason") or finish_reason
         if finish_reason is None:
             if last and not last.get("candidates") and (last.get("promptFeedback") or {}).get("blockReason"):
@@ -138,6 +202,8 @@ class GeminiProvider(HttpProvider):
             output_tokens=self._output_tokens(usage),
             model=model or call.model,
             finish_reason=finish_reason,
+            tool_calls=_function_calls(seen),
+            logprobs=tuple(logprobs),
         )
 
     # --- errors ------------------------------------------------------------------

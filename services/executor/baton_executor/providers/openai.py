@@ -8,7 +8,8 @@ from typing import Any, Mapping
 import httpx
 
 from ._http import HttpProvider, int_or_zero, iter_sse
-from .base import ProviderCall, ProviderError, ProviderReply, parse_go_duration, parse_retry_after
+from .base import (AnswerSpec, ProviderCall, ProviderError, ProviderReply, TokenLogprob, ToolCall, parse_go_duration,
+                   parse_retry_after, sampling_fields)
 
 _CONTEXT_OVERFLOW = re.compile(
     r"maximum context length|context_length_exceeded|maximum model length|context window|"
@@ -19,6 +20,58 @@ _CONTEXT_OVERFLOW = re.compile(
 _FINAL_STREAM_ERRORS = frozenset(
     {"invalid_request_error", "authentication_error", "permission_error", "not_found_error", "insufficient_quota"}
 )
+
+
+_SAMPLING = {name: name for name in ("top_p", "seed", "presence_penalty", "frequency_penalty", "stop", "logprobs",
+                                      "top_logprobs")}
+
+
+def _message(m: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": m["role"], "content": m["content"]}
+    if m.get("tool_calls"):
+        out["content"] = m["content"] or None
+        out["tool_calls"] = [{"id": c["id"], "type": "function",
+                              "function": {"name": c["name"], "arguments": c["arguments"]}} for c in m["tool_calls"]]
+    if m["role"] == "tool":
+        out["tool_call_id"] = m.get("tool_call_id", "")
+    elif m.get("name"):
+        out["name"] = m["name"]
+    return out
+
+
+def _spec_fields(spec: AnswerSpec) -> dict[str, Any]:
+    """The answering step's options in Chat Completions' own words (the client's, passed through)."""
+    body: dict[str, Any] = {}
+    if spec.tools:
+        body["tools"] = [{"type": "function", "function": {
+            "name": t.name, **({"description": t.description} if t.description else {}),
+            "parameters": t.parameters, **({"strict": True} if t.strict else {})}} for t in spec.tools]
+    if spec.tool_choice == "function":
+        body["tool_choice"] = {"type": "function", "function": {"name": spec.tool_choice_name}}
+    elif spec.tool_choice:
+        body["tool_choice"] = spec.tool_choice
+    if spec.parallel_tool_calls is not None:
+        body["parallel_tool_calls"] = spec.parallel_tool_calls
+    if spec.response_format == "json_object":
+        body["response_format"] = {"type": "json_object"}
+    elif spec.response_format == "json_schema":
+        body["response_format"] = {"type": "json_schema", "json_schema": {
+            "name": spec.schema_name, "schema": spec.schema or {}, "strict": spec.schema_strict}}
+    body.update(sampling_fields(spec, _SAMPLING))
+    if spec.user:
+        body["user"] = spec.user
+    if spec.logit_bias:
+        body["logit_bias"] = spec.logit_bias
+    return body
+
+
+def _logprobs(choice: dict[str, Any]) -> tuple[TokenLogprob, ...]:
+    content = (choice.get("logprobs") or {}).get("content") or []
+    return tuple(
+        TokenLogprob(token=str(t.get("token", "")), logprob=float(t.get("logprob") or 0.0),
+                     top=tuple((str(a.get("token", "")), float(a.get("logprob") or 0.0))
+                               for a in t.get("top_logprobs") or [] if isinstance(a, dict)))
+        for t in content if isinstance(t, dict))
 
 
 class OpenAIProvider(HttpProvider):
@@ -38,10 +91,8 @@ class OpenAIProvider(HttpProvider):
         return headers
 
     def _request(self, call: ProviderCall, *, stream: bool) -> tuple[str, dict[str, Any], None]:
-        body: dict[str, Any] = {
-            "model": call.model,
-            "messages": [{"role": m["role"], "content": m["content"]} for m in call.messages],
-        }
+        body: dict[str, Any] = {"model": call.model, "messages": [_message(m) for m in call.messages]}
+        body.update(_spec_fields(call.spec))
         max_tokens = self._max_tokens(call)
         if max_tokens is not None:
             # OpenAI's reasoning models reject the older max_tokens; most
@@ -64,17 +115,25 @@ class OpenAIProvider(HttpProvider):
         message = choice.get("message") or {}
         text = message.get("content") or message.get("refusal") or ""
         usage = body.get("usage") or {}
+        calls = tuple(
+            ToolCall(id=c.get("id") or f"call_{i}", name=(c.get("function") or {}).get("name") or "",
+                     arguments=(c.get("function") or {}).get("arguments") or "{}")
+            for i, c in enumerate(message.get("tool_calls") or []) if isinstance(c, dict))
         return ProviderReply(
             text=text,
             input_tokens=int_or_zero(usage.get("prompt_tokens")),
             output_tokens=int_or_zero(usage.get("completion_tokens")),
             model=body.get("model") or call.model,
             finish_reason=choice.get("finish_reason"),
+            tool_calls=calls,
+            logprobs=_logprobs(choice),
         )
 
     async def _read_stream(self, response: httpx.Response, call: ProviderCall) -> ProviderReply:
         parts: list[str] = []
         refusal: list[str] = []
+        calls: dict[int, dict[str, str]] = {}  # by index: a call's id and name come once, its arguments in pieces
+        logprobs: list[TokenLogprob] = []
         usage: dict[str, Any] = {}
         finish_reason: str | None = None
         model: str | None = None
@@ -97,6 +156,13 @@ class OpenAIProvider(HttpProvider):
                     call.emit(delta["content"])
                 if delta.get("refusal"):
                     refusal.append(delta["refusal"])
+                for piece in delta.get("tool_calls") or []:
+                    call_so_far = calls.setdefault(int_or_zero(piece.get("index")), {"id": "", "name": "", "arguments": ""})
+                    function = piece.get("function") or {}
+                    call_so_far["id"] = piece.get("id") or call_so_far["id"]
+                    call_so_far["name"] = function.get("name") or call_so_far["name"]
+                    call_so_far["arguments"] += function.get("arguments") or ""
+                logprobs.extend(_logprobs(choice))
                 if choice.get("finish_reason"):
                     finish_reason = choice["finish_reason"]
             if chunk.get("usage"):
@@ -109,6 +175,9 @@ class OpenAIProvider(HttpProvider):
             output_tokens=int_or_zero(usage.get("completion_tokens")),
             model=model or call.model,
             finish_reason=finish_reason,
+            tool_calls=tuple(ToolCall(id=c["id"] or f"call_{i}", name=c["name"], arguments=c["arguments"] or "{}")
+                             for i, c in sorted(calls.items())),
+            logprobs=tuple(logprobs),
         )
 
     # --- errors ------------------------------------------------------------------
