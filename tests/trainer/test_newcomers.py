@@ -173,3 +173,35 @@ def test_replay_of_a_new_workers_first_day(tmp_path):
     assert result["accuracy"] > result["without_new_worker"]["accuracy"] + 0.05
     assert result["last_half"]["accuracy"] >= result["with_new_worker_from_start"]["last_half"]["accuracy"] - 0.03
     assert (out / "new_worker.png").stat().st_size > 10_000
+
+
+def test_the_policy_sees_a_requests_tools_and_training_reads_what_serving_saw(write_config, tmp_path):
+    from baton_reward_logger.episodes import episode_row
+    from baton_reward_logger.rewards import Reward
+    from baton.v1 import responses_pb2
+
+    from baton_workflow import policy_query
+
+    # Tool requests are served well by one worker, plain ones by another: only the markers tell them apart.
+    models = ["gemini-1.5-pro-002", "gemini-1.5-flash-002"]
+    episodes = []
+    for i in range(400):
+        tools = ["get_weather"] if i % 2 else []
+        action = models[i % 4 // 2]
+        good = (action == models[0]) == bool(tools)
+        episodes.append(Episode(policy_query(f"what is the weather like, case {i}", tools), action, float(good), 0.5))
+    policy = Policy.fit_logged(episodes, [single(m) for m in models])
+    data = json.loads(json.dumps(load_config(write_config()).model_dump(mode="json", exclude_none=True)))
+    cfg = load_config(write_config({"workers": [w for w in data["workers"] if w["name"] != "llama-70b"],
+                                    "conductor": {"backend": "policy", "policy": {"epsilon": 0.0}}}))
+    conductor = PolicyConductor(cfg, rng=random.Random(0))
+    conductor.load(str(policy.save(tmp_path / "p")), "v1")
+    with_tools = request("what is the weather like, case 9999")
+    with_tools.answer.tools.add(name="get_weather")
+    assert asyncio.run(conductor.propose(with_tools)).action == models[0]
+    assert asyncio.run(conductor.propose(request("what is the weather like, case 9999"))).action == models[1]
+    # The episode records the same text, and the trainer reads it from there.
+    response = responses_pb2.Response(request_id="r1")
+    response.episode.request.CopyFrom(with_tools)
+    row = episode_row(response, Reward(None, None, None, None, ""), 0, 0)
+    assert row["policy_query"] == policy_query("what is the weather like, case 9999", ["get_weather"])

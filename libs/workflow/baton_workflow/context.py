@@ -80,3 +80,15 @@ def query_text(conversation: Sequence[Mapping[str, str]]) -> str:
         if m["role"] == "user":
             return m["content"]
     return ""
+
+
+def policy_query(query: str, tools: Sequence[str] = (), response_format: str = "") -> str:
+    """The text a policy routes on: the user's question, plus marker words for what the client asked
+    of the answer (tools it may call, a JSON format), so hashed features see the request's shape.
+    The router decides with it and the reward logger records it, so training sees what serving saw."""
+    marks = [f"baton_tool_{name}" for name in tools]
+    if tools:
+        marks.insert(0, "baton_tools")
+    if response_format and response_format != "text":
+        marks.append(f"baton_format_{response_format}")
+    return f"{query}\n{' '.join(marks)}" if marks else query

@@ -26,6 +26,8 @@ from baton.v1 import feedback_pb2, responses_pb2
 from fsspec.implementations.local import LocalFileSystem
 from google.protobuf.json_format import MessageToDict
 
+from baton_workflow import policy_query
+
 from baton_reward_logger.rewards import Reward
 
 STEP = pa.struct([
@@ -38,7 +40,8 @@ STEP = pa.struct([
 EPISODE_SCHEMA = pa.schema([
     ("request_id", pa.string()), ("group_id", pa.string()), ("candidate", pa.int32()), ("group_size", pa.int32()),
     ("policy", pa.string()), ("created_unix_ms", pa.int64()),
-    ("completed_unix_ms", pa.int64()), ("query", pa.string()), ("messages_json", pa.string()),
+    ("completed_unix_ms", pa.int64()), ("query", pa.string()), ("policy_query", pa.string()),
+    ("messages_json", pa.string()),
     ("metadata_json", pa.string()), ("plan_backend", pa.string()), ("plan_policy_version", pa.string()),
     ("plan_fallback", pa.bool_()), ("plan_invalid_reason", pa.string()), ("plan_json", pa.string()),
     ("plan_token_logprobs", pa.list_(pa.float32())), ("plan_propensity", pa.float64()), ("plan_action", pa.string()),
@@ -71,6 +74,7 @@ def episode_row(r: responses_pb2.Response, reward: Reward, partition: int, offse
         "request_id": r.request_id, "group_id": req.group_id or r.request_id, "candidate": req.candidate,
         "group_size": req.group_size or 1, "policy": req.policy, "created_unix_ms": req.created_unix_ms,
         "completed_unix_ms": r.completed_unix_ms, "query": query,
+        "policy_query": policy_query(query, [t.name for t in req.answer.tools], req.answer.response_format),
         "messages_json": json.dumps([{"role": m.role, "content": m.content} for m in req.messages]),
         "metadata_json": json.dumps(dict(req.metadata), sort_keys=True),
         "plan_backend": ep.plan.backend, "plan_policy_version": ep.plan.policy_version,

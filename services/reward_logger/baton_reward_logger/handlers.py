@@ -199,7 +199,7 @@ def reward_publisher(service: Service) -> Callable[[list[Record]], Awaitable[Non
                 continue
             reward = rewards_pb2.Reward(
                 request_id=row["request_id"], action=row["plan_action"], policy_version=row["plan_policy_version"],
-                query=row["query"], eval_name=json.loads(row["metadata_json"]).get("eval_name", ""),
+                query=row["policy_query"], eval_name=json.loads(row["metadata_json"]).get("eval_name", ""),
                 quality=row["quality"], cost_usd=row["cost_usd"], completed_unix_ms=row["completed_unix_ms"])
             sends.append(service.broker.publish(encode(reward), topics.REWARDS, key=row["request_id"].encode()))
         await asyncio.gather(*sends)

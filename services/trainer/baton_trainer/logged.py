@@ -38,7 +38,9 @@ def read_episodes(root: str | Path, *, policy_backend: str = "policy",
     dataset = open_dataset(root)
     if dataset is None:
         return []
-    cols = ["request_id", "query", "metadata_json", "plan_backend", "plan_action", "plan_propensity",
+    # What the policy routed on; episodes logged before that column existed have the question only.
+    query_col = "policy_query" if "policy_query" in dataset.schema.names else "query"
+    cols = ["request_id", query_col, "metadata_json", "plan_backend", "plan_action", "plan_propensity",
             "plan_policy_version", "quality", "cost_usd", "plan_fallback"]
     table = dataset.to_table(columns=cols)
     out = []
@@ -51,6 +53,6 @@ def read_episodes(root: str | Path, *, policy_backend: str = "policy",
             continue
         seen.add(r["request_id"])  # a redelivered response is one decision
         eval_name = json.loads(r["metadata_json"] or "{}").get("eval_name")
-        out.append(Logged(Episode(r["query"], r["plan_action"], float(r["quality"]), float(r["plan_propensity"]),
+        out.append(Logged(Episode(r[query_col] or "", r["plan_action"], float(r["quality"]), float(r["plan_propensity"]),
                                   eval_name, float(r["cost_usd"])), r["plan_policy_version"], r["request_id"]))
     return out

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 from baton.v1 import requests_pb2, rewards_pb2
 from baton_platform.config import BatonConfig
-from baton_workflow import Plan, query_text
+from baton_workflow import Plan, policy_query, query_text
 
 from baton_router.conductor.base import KEEP, Proposal
 
@@ -127,7 +127,9 @@ class PolicyConductor:
             # The action is named as a learned policy names it: by the worker's model.
             return Proposal(plan=plan, policy_version="uniform", propensity=1 / len(self._workers),
                             action=self._model_of[worker])
-        query = query_text([{"role": m.role, "content": m.content} for m in request.messages])
+        answer = request.answer
+        query = policy_query(query_text([{"role": m.role, "content": m.content} for m in request.messages]),
+                             [t.name for t in answer.tools], answer.response_format)
         eval_name = request.metadata.get("eval_name") or None
         if current.newcomers is not None:
             choice = await asyncio.to_thread(current.newcomers.choose, query, eval_name, epsilon=self._epsilon,
