@@ -39,8 +39,8 @@ vllm: install ## The local model server: vLLM's CPU build in .tools/vllm and Smo
 test: install kafka helm vllm ## The whole suite: unit, component, integration, e2e (starts its own Kafka) and the chart
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-fast: install ## Unit and component tests only (no broker)
-	$(PY) -m pytest -m "not kafka and not e2e" $(PYTEST_ARGS)
+test-fast: install ## Unit and component tests only (no broker, no vLLM engine)
+	$(PY) -m pytest -m "not kafka and not e2e and not vllm" $(PYTEST_ARGS)
 
 chaos: install kafka ## Kill -9 and restart each service, then the broker, under load; print a table per fault (~2-4 min; also in `make test`)
 	$(PY) -m pytest tests/e2e/test_chaos.py -s $(PYTEST_ARGS)

@@ -90,8 +90,9 @@ def build_model(directory: Path, tokenizer) -> dict:
             "layers": config.num_hidden_layers}
 
 
-def build_adapter(directory: Path, base: Path, shape: dict, seed: int, rank: int = 8) -> None:
-    """A PEFT-format LoRA adapter on q/k/v/o with random A and B, so it changes the model's output."""
+def build_adapter(directory: Path, base: Path, shape: dict, seed: int, rank: int = 8, scale: float = 0.05) -> None:
+    """A PEFT-format LoRA adapter on q/k/v/o with random A and B (B times `scale`): it changes the
+    model's output, except at scale 0, where it reproduces the base model."""
     import torch
     from safetensors.torch import save_file
 
@@ -102,7 +103,7 @@ def build_adapter(directory: Path, base: Path, shape: dict, seed: int, rank: int
         for module, out in outs.items():
             prefix = f"base_model.model.model.layers.{layer}.self_attn.{module}"
             tensors[f"{prefix}.lora_A.weight"] = torch.randn(rank, shape["hidden"], generator=generator) * 0.05
-            tensors[f"{prefix}.lora_B.weight"] = torch.randn(out, rank, generator=generator) * 0.05
+            tensors[f"{prefix}.lora_B.weight"] = torch.randn(out, rank, generator=generator) * scale
     directory.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(directory / "adapter_model.safetensors"))
     (directory / "adapter_config.json").write_text(json.dumps({
@@ -110,6 +111,14 @@ def build_adapter(directory: Path, base: Path, shape: dict, seed: int, rank: int
         "lora_alpha": 2 * rank, "lora_dropout": 0.0, "target_modules": list(outs), "bias": "none",
         "fan_in_fan_out": False, "modules_to_save": None, "use_rslora": False, "use_dora": False,
     }))
+
+
+def model_shape(model_dir: Path) -> dict:
+    """What `build_adapter` needs to know of a Llama- or Qwen2-style model, from its config.json."""
+    config = json.loads((model_dir / "config.json").read_text())
+    head = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    return {"hidden": config["hidden_size"], "kv": config["num_key_value_heads"] * head,
+            "layers": config["num_hidden_layers"]}
 
 
 def build(workdir: Path) -> tuple[Path, dict[str, Path]]:

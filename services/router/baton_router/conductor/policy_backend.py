@@ -34,6 +34,7 @@ class Loaded:
 
 class PolicyConductor:
     name = "policy"
+    policy_kind = "fast"  # the PolicyUpdate kind this backend serves
 
     def __init__(self, config: BatonConfig, rng: random.Random | None = None) -> None:
         self._workers = [w.name for w in config.workers]
@@ -63,6 +64,9 @@ class PolicyConductor:
         self._current = Loaded(version, uri, policy)
         self.history.append(self._current)
         log.info("serving policy %s from %s", version, uri)
+
+    async def serve_policy(self, uri: str, version: str) -> None:
+        await asyncio.to_thread(self.load, uri, version)
 
     async def propose(self, request: requests_pb2.ChatRequest) -> Proposal:
         if request.HasField("parent"):
