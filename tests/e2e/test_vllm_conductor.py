@@ -61,7 +61,8 @@ def test_the_router_plans_on_vllm_and_serves_published_lora_versions(kafka_boots
     from baton_router.conductor.vllm_backend import default_model
 
     data = default_config_data()
-    data["conductor"] = {"backend": "vllm", "max_steps": 3, "plan": data["conductor"]["plan"],
+    # Instructions of at most 60 characters: the longest plan the schema allows fits in max_tokens.
+    data["conductor"] = {"backend": "vllm", "max_steps": 3, "max_subtask_chars": 60, "plan": data["conductor"]["plan"],
                          # Greedy, so that a version's effect on the plans shows.
                          "vllm": {"constraint": "json_schema", "temperature": 0.0, "max_tokens": 256,
                                   "max_model_len": 2048, "max_loras": 2, "max_lora_rank": MAX_RANK}}
