@@ -253,7 +253,7 @@ class Stack:
         self._spawn(svc, detach=detach)
         if self.state_file.exists():
             self._write_state()
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + max(timeout, svc.start_timeout_s or 0)
         while not _http_ok(svc.ready_url):
             if not _alive(svc.pid):
                 raise RuntimeError(f"{name} exited during restart; its log ({svc.log}) ends:\n{_tail(svc.log)}")
