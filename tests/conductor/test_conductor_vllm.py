@@ -8,8 +8,10 @@ CPU build, is exercised by test_conductor_vllm_engine.py and tests/e2e/test_vllm
 
 from __future__ import annotations
 
+import asyncio
 import math
 import sys
+import threading
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -233,3 +235,23 @@ async def test_a_long_plan_keeps_its_propensity_in_log_space():
     assert result.plan.HasField("log_propensity") and result.plan.log_propensity == pytest.approx(-900.0)
     unknown = await Planner(config, VllmConductor(vllm_config(temperature=0.5), engine=Engine(), api=API)).plan(ask("v1"))
     assert not unknown.plan.HasField("log_propensity"), "unknown is an absent field, not a number"
+
+
+async def test_the_engine_loads_in_a_thread_while_the_event_loop_keeps_running():
+    building, release = threading.Event(), threading.Event()
+
+    def build():  # stands in for vLLM's import and engine start: synchronous, and long
+        building.set()
+        assert release.wait(30)
+        return Engine()
+
+    conductor = VllmConductor(vllm_config(), api=API)
+    conductor._build_engine = build
+    starting = asyncio.create_task(conductor.start())
+    # Awaiting here needs the event loop while build() blocks: heartbeats and /health/live would run too.
+    assert await asyncio.to_thread(building.wait, 30)
+    assert not conductor.ready and not starting.done()
+    release.set()
+    await starting
+    assert conductor.ready
+    await conductor.aclose()
