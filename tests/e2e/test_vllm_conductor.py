@@ -83,7 +83,7 @@ def test_the_router_plans_on_vllm_and_serves_published_lora_versions(kafka_boots
     stack = Stack(tmp_path / "run", config_file=cfg, gateway_port=free_port(), bootstrap_servers=kafka_bootstrap)
     stack.start(echo=lambda *_: None, timeout=300)
     try:
-        client = openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0, timeout=600)
+        client = openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0, timeout=960)
 
         def plan(question: str, model: str = "baton") -> dict:
             reply = client.chat.completions.create(model=model, messages=[{"role": "user", "content": question}])
