@@ -9,7 +9,7 @@ PY := .venv/bin/python
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: help install proto kafka helm vllm test test-fast chaos demo train-demo up down bench images clean
+.PHONY: help install proto kafka helm vllm gpu-check test test-fast chaos demo train-demo up down bench images clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  %-12s %s\n", $$1, $$2}'
@@ -33,14 +33,17 @@ kafka: install ## Download Apache Kafka's jars from Maven Central (cached)
 helm: ## Build the pinned Helm CLI from its Go module into .tools/bin (cached)
 	tools/helm.sh
 
-vllm: install ## The local model server: vLLM's CPU build in .tools/vllm and SmolLM2-135M converted (cached)
+vllm: install ## vLLM's CPU build in .tools/vllm (local model server, vllm conductor) and SmolLM2-135M converted (cached)
 	tools/vllm/setup.sh >/dev/null
+
+gpu-check: install ## On a GPU machine: vLLM's CUDA build runs the conductor; plan latency p50/p99 at 1/8/64, tokens/s, validity
+	tools/vllm/gpu-check.sh
 
 test: install kafka helm vllm ## The whole suite: unit, component, integration, e2e (starts its own Kafka) and the chart
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-fast: install ## Unit and component tests only (no broker)
-	$(PY) -m pytest -m "not kafka and not e2e" $(PYTEST_ARGS)
+test-fast: install ## Unit and component tests only (no broker, no vLLM engine)
+	$(PY) -m pytest -m "not kafka and not e2e and not vllm" $(PYTEST_ARGS)
 
 chaos: install kafka ## Kill -9 and restart each service, then the broker, under load; print a table per fault (~2-4 min; also in `make test`)
 	$(PY) -m pytest tests/e2e/test_chaos.py -s $(PYTEST_ARGS)

@@ -60,6 +60,7 @@ async def test_concurrent_requests_share_generate_calls_up_to_the_batch_size():
     assert sorted(q for b in gen.batches for q in b) == sorted(f"q{i}" for i in range(10))
     assert all(p.plan.workers == ["gemini-pro", "gemini-flash"] for p in proposals)
     assert proposals[0].token_logprobs == [-0.5, -0.25] and proposals[0].propensity == pytest.approx(math.exp(-0.3))
+    assert proposals[0].log_propensity == pytest.approx(-0.3)
     assert gen.threads and all(t.startswith("conductor") for t in gen.threads), "generate runs off the event loop"
     await backend.aclose()
 

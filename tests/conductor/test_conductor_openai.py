@@ -103,6 +103,7 @@ async def test_a_plan_comes_back_with_the_servers_token_log_probs(server, conduc
     assert proposal.token_logprobs == [-0.1, -0.02, -1.5, -0.3]
     assert proposal.policy_version == "conductor-7b"
     assert proposal.propensity == 0.0, "a server does not say with which probability it sampled"
+    assert proposal.log_propensity is None, "unknown, not a number"
 
     (sent,) = server.requests
     assert sent["path"] == "/v1/chat/completions" and sent["auth"] == f"Bearer {API_KEY}"

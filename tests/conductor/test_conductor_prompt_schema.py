@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import json
 
 import pytest
@@ -134,8 +136,9 @@ def test_text_that_is_not_a_plan_raises_a_clear_error(text, why):
 
 def test_the_prompter_keeps_log_probs_on_an_unparseable_answer():
     with pytest.raises(ConductorOutputError) as err:
-        PlanPrompter(config()).proposal('{"model_id": [0', [-0.5, -1.0], 0.25, "v1")
-    assert err.value.token_logprobs == [-0.5, -1.0] and err.value.propensity == 0.25
+        PlanPrompter(config()).proposal('{"model_id": [0', [-0.5, -1.0], math.log(0.25), "v1")
+    assert err.value.token_logprobs == [-0.5, -1.0] and err.value.propensity == pytest.approx(0.25)
+    assert err.value.log_propensity == math.log(0.25)
     assert err.value.policy_version == "v1"
 
 

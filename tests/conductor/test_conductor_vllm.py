@@ -1,15 +1,17 @@
 """The 'vllm' conductor's own logic, which runs without vLLM: policy names to LoRA adapters, switching
 adapters at run time, what is handed to the engine, and the error when vLLM is missing.
 
-vLLM cannot be installed on a CPU machine, so the engine and vLLM's parameter classes are stand-ins
-that only record what they are given; the engine itself is exercised by
-`baton_router.conductor.gpu_check` on a GPU machine.
+vLLM is not in the workspace environment, so here the engine and vLLM's parameter classes are
+stand-ins that only record what they are given (and can refuse an adapter). The real engine, vLLM's
+CPU build, is exercised by test_conductor_vllm_engine.py and tests/e2e/test_vllm_conductor.py.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import sys
+import threading
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -18,7 +20,8 @@ from baton.v1 import common_pb2, requests_pb2
 
 from baton_platform.config import BatonConfig
 from baton_router.conductor import ConductorUnavailable, build_backend
-from baton_router.conductor.vllm_backend import Adapter, VllmConductor
+from baton_router.conductor.vllm_backend import Adapter, AdapterRejected, VllmConductor
+from baton_router.planning import Planner
 from baton_workflow import plan_problems
 from testbed import default_config_data
 
@@ -40,7 +43,7 @@ def recorder(name):
 API = SimpleNamespace(SamplingParams=recorder("SamplingParams"),
                       StructuredOutputsParams=recorder("StructuredOutputsParams"),
                       LoRARequest=recorder("LoRARequest"),
-                      RequestOutputKind=SimpleNamespace(FINAL_ONLY="final-only"))
+                      RequestOutputKind=SimpleNamespace(FINAL_ONLY="final-only"), on_cpu=True)
 
 
 class Tokenizer:
@@ -55,11 +58,14 @@ class Engine:
     loaded: list = field(default_factory=list)
     removed: list = field(default_factory=list)
     generated: list = field(default_factory=list)
+    refuse: set = field(default_factory=set)  # adapter paths add_lora answers False for, as vLLM may
 
     def get_tokenizer(self):
         return Tokenizer()
 
     async def add_lora(self, lora):
+        if lora.call.args[2] in self.refuse:
+            return False
         self.loaded.append(lora.call.args)
         return True
 
@@ -131,7 +137,7 @@ async def test_adapters_are_loaded_at_start_and_switched_at_run_time():
 
 async def test_the_engine_gets_the_schema_the_chat_prompt_and_asks_for_log_probs():
     engine = Engine()
-    config = vllm_config(default_adapter=None)
+    config = vllm_config(default_adapter=None, constraint="json_schema")
     conductor = VllmConductor(config, engine=engine, api=API)
     proposal = await conductor.propose(ask("baton"))
     names = [w.name for w in config.workers]
@@ -149,18 +155,53 @@ async def test_the_engine_gets_the_schema_the_chat_prompt_and_asks_for_log_probs
     structured = params["structured_outputs"].call.kwargs
     assert structured["json"]["properties"]["model_id"]["items"]["maximum"] == len(names), "workers, then the conductor"
     assert structured["json"]["properties"]["subtasks"]["maxItems"] == 3
-    assert structured["disable_any_whitespace"] is True
+    # vLLM 0.32 reads whitespace and backend from the engine's settings only.
+    assert set(structured) == {"json"}
+    args = conductor.engine_args()
+    assert args["structured_outputs_config"] == {"backend": "guidance", "disable_any_whitespace": True}
+    assert args["model"] == "/models/conductor-7b" and args["enforce_eager"] is True, "no compilation on CPU"
 
     grammar = VllmConductor(vllm_config(constraint="grammar"), engine=Engine(), api=API)
     await grammar.propose(ask("v1"))
     structured = grammar._engine.generated[-1]["params"].call.kwargs["structured_outputs"].call.kwargs
     assert "plan3 ::=" in structured["grammar"] and "json" not in structured
+    assert grammar.engine_args()["structured_outputs_config"]["backend"] == "xgrammar"
+    assert "{0,0}" not in structured["grammar"], "guidance refuses an empty repetition"
+
+
+def test_without_a_model_the_converted_smollm2_is_served(monkeypatch, tmp_path):
+    monkeypatch.setenv("BATON_MODEL_CACHE", str(tmp_path))
+    data = default_config_data()
+    data["conductor"] = {"backend": "vllm", "vllm": {}}
+    conductor = VllmConductor(BatonConfig(**data), engine=Engine(), api=SimpleNamespace(**{**vars(API), "on_cpu": False}))
+    assert conductor.engine_args()["model"] == str(tmp_path / "smollm2-135m-instruct")
+    assert conductor.base_version == "smollm2-135m-instruct"
+    assert conductor.engine_args()["enforce_eager"] is False, "on a GPU, graphs are captured unless told otherwise"
+
+
+async def test_a_published_version_is_served_a_refused_one_changes_nothing_and_rollback_works(tmp_path):
+    engine = Engine(refuse={str(tmp_path / "v4")})
+    conductor = VllmConductor(vllm_config(), engine=engine, api=API)
+    await conductor.serve_policy(str(tmp_path / "v3"), "v3")
+    assert conductor.default_adapter == "v3"
+    assert (await conductor.propose(ask("baton"))).policy_version == "v3"
+    assert (await conductor.propose(ask("baton@v2"))).policy_version == "v2", "a client may name policy@version"
+
+    with pytest.raises(AdapterRejected, match="did not load the LoRA adapter v4"):
+        await conductor.serve_policy(f"file://{tmp_path / 'v4'}", "v4")
+    assert conductor.default_adapter == "v3" and "v4" not in conductor.adapters
+    assert (await conductor.propose(ask("baton"))).policy_version == "v3"
+
+    loads = len(engine.loaded)
+    await conductor.serve_policy(str(tmp_path / "v3"), "v1")  # a rollback to a version loaded at start...
+    await conductor.serve_policy(str(tmp_path / "v3"), "v3")  # ...and back: already loaded, not loaded again
+    assert conductor.default_adapter == "v3" and len(engine.loaded) == loads + 1
 
 
 async def test_without_vllm_starting_says_what_is_missing(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` fail, as on a CPU machine
     conductor = build_backend(vllm_config())
-    with pytest.raises(ConductorUnavailable, match=r"needs the `vllm` package.*'transformers' backend"):
+    with pytest.raises(ConductorUnavailable, match=r"needs the `vllm` package.*tools/vllm/setup.sh"):
         await conductor.propose(ask("baton"))
     assert not conductor.ready
     await conductor.aclose()
@@ -169,6 +210,48 @@ async def test_without_vllm_starting_says_what_is_missing(monkeypatch):
 async def test_at_temperature_one_the_reported_log_probs_give_the_propensity():
     conductor = VllmConductor(vllm_config(temperature=1.0), engine=Engine(), api=API)
     proposal = await conductor.propose(ask("v2"))
+    assert proposal.log_propensity == pytest.approx(-0.25 - 1.0 - 0.5 + 0.0)
     assert proposal.propensity == pytest.approx(math.exp(-0.25 - 1.0 - 0.5 + 0.0))
     greedy = VllmConductor(vllm_config(temperature=0.0), engine=Engine(), api=API)
-    assert (await greedy.propose(ask("v2"))).propensity == 1.0
+    assert (await greedy.propose(ask("v2"))).log_propensity == 0.0
+    unknown = await VllmConductor(vllm_config(temperature=0.9), engine=Engine(), api=API).propose(ask("v2"))
+    assert unknown.log_propensity is None
+
+
+async def test_a_long_plan_keeps_its_propensity_in_log_space():
+    # 900 tokens at log-prob -1: e^-900 is below the smallest double, so the probability is 0.0 and
+    # only the log tells it from "unknown".
+    engine = Engine()
+    long_plan = SimpleNamespace(text=PLAN, token_ids=list(range(900)),
+                                logprobs=[{i: SimpleNamespace(logprob=-1.0)} for i in range(900)], finish_reason="stop")
+
+    async def generate(*args, **kwargs):
+        yield SimpleNamespace(finished=True, outputs=[long_plan])
+
+    engine.generate = generate
+    config = vllm_config(temperature=1.0)
+    result = await Planner(config, VllmConductor(config, engine=engine, api=API)).plan(ask("v1"))
+    assert result.valid and result.plan.propensity == 0.0
+    assert result.plan.HasField("log_propensity") and result.plan.log_propensity == pytest.approx(-900.0)
+    unknown = await Planner(config, VllmConductor(vllm_config(temperature=0.5), engine=Engine(), api=API)).plan(ask("v1"))
+    assert not unknown.plan.HasField("log_propensity"), "unknown is an absent field, not a number"
+
+
+async def test_the_engine_loads_in_a_thread_while_the_event_loop_keeps_running():
+    building, release = threading.Event(), threading.Event()
+
+    def build():  # stands in for vLLM's import and engine start: synchronous, and long
+        building.set()
+        assert release.wait(30)
+        return Engine()
+
+    conductor = VllmConductor(vllm_config(), api=API)
+    conductor._build_engine = build
+    starting = asyncio.create_task(conductor.start())
+    # Awaiting here needs the event loop while build() blocks: heartbeats and /health/live would run too.
+    assert await asyncio.to_thread(building.wait, 30)
+    assert not conductor.ready and not starting.done()
+    release.set()
+    await starting
+    assert conductor.ready
+    await conductor.aclose()

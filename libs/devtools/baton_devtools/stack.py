@@ -54,6 +54,8 @@ class ServiceProc:
     env: dict[str, str] = field(default_factory=dict)
     ready_path: str = "/health/ready"
     start_timeout_s: float | None = None
+    # A Baton module run by another interpreter than ours (the router in the vLLM environment).
+    python: str | None = None
 
     @property
     def ready_url(self) -> str:
@@ -61,7 +63,7 @@ class ServiceProc:
 
     @property
     def command(self) -> list[str]:
-        return self.argv or [sys.executable, "-m", self.module, *self.args]
+        return self.argv or [self.python or sys.executable, "-m", self.module, *self.args]
 
 
 def plan_services(config: BatonConfig, gateway_port: int, pick_port=free_port) -> list[ServiceProc]:
@@ -79,6 +81,16 @@ def plan_services(config: BatonConfig, gateway_port: int, pick_port=free_port) -
             procs.append(ServiceProc(f"executor-{provider}-{i}", "baton_executor.main", port,
                                      ["--provider", provider, "--port", str(port)]))
     return procs
+
+
+def run_router_on_vllm(router: ServiceProc, echo=print) -> None:
+    """A router whose conductor is vLLM's engine in process runs from the vLLM environment (vLLM's CPU
+    build pins torch and transformers apart from the workspace's), which also holds the router's packages."""
+    echo("setting up vLLM for the router's conductor (CPU build; cached after the first time)...")
+    install = model_servers.ensure_vllm(echo)
+    router.python, router.env = str(install.python), dict(model_servers.ENGINE_ENV)
+    # Importing vLLM and starting its engine processes takes minutes on a busy small machine.
+    router.start_timeout_s = 900
 
 
 def plan_model_servers(config: BatonConfig, echo=print) -> list[ServiceProc]:
@@ -147,6 +159,8 @@ class Stack:
             counts, configs = topics.topic_plan(self.config.kafka.partitions, self.config.providers)
             kafka_harness.create_topics(self.bootstrap_servers, counts, config=configs)
             services = plan_services(self.config, self.gateway_port)
+            if self.config.conductor.backend == "vllm":
+                run_router_on_vllm(next(s for s in services if s.name == "router"), echo)
             self.services += services
             for svc in services:
                 self._spawn(svc, detach)
@@ -162,6 +176,7 @@ class Stack:
         env = {**os.environ, **self.extra_env}
         if svc.argv:
             return {**env, **svc.env, "PYTHONUNBUFFERED": "1"}
+        env.update(svc.env)
         env.update({
             "BATON_CONFIG": str(self.config_file),
             "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers or "",
@@ -238,7 +253,7 @@ class Stack:
         self._spawn(svc, detach=detach)
         if self.state_file.exists():
             self._write_state()
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + max(timeout, svc.start_timeout_s or 0)
         while not _http_ok(svc.ready_url):
             if not _alive(svc.pid):
                 raise RuntimeError(f"{name} exited during restart; its log ({svc.log}) ends:\n{_tail(svc.log)}")

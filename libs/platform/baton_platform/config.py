@@ -196,9 +196,12 @@ class OpenAIConductorConfig(_Strict):
 
 
 class VllmConductorConfig(_Strict):
-    """A conductor run in process by vLLM's async engine (GPU images only), with LoRA adapters as policies."""
+    """A conductor run in process by vLLM's async engine (GPU, or vLLM's CPU build), with LoRA adapters as policies."""
 
-    model: str = Field(min_length=1, description="Local path (or hub id, where a hub is reachable) of the base model.")
+    model: str | None = Field(
+        default=None, min_length=1,
+        description="Local path (or hub id, where a hub is reachable) of the base model; unset: SmolLM2-135M-Instruct "
+        "as tools/vllm/setup.sh converts it (under ~/.cache/baton/models).")
     adapters: dict[str, Path] = Field(
         default_factory=dict,
         description="Policy name -> LoRA adapter directory; more can be loaded at run time.",
@@ -215,12 +218,19 @@ class VllmConductorConfig(_Strict):
     temperature: float = Field(default=0.7, ge=0, description="Sampling temperature; 0 decodes greedily.")
     seed: int | None = Field(default=None, description="Engine seed, for reproducible sampling.")
     dtype: str = Field(default="auto", description="Weights' dtype: 'auto', 'bfloat16', 'float16', 'float32'.")
-    enforce_eager: bool = Field(default=False, description="Skip CUDA graph capture: faster start, slower decoding.")
+    enforce_eager: bool | None = Field(
+        default=None, description="Skip graph capture and compilation: faster start, slower decoding. Unset: on "
+        "vLLM's CPU build only (its compilation takes minutes).")
     constraint: Literal["json_schema", "grammar"] = Field(
-        default="json_schema",
-        description="'json_schema': StructuredOutputsParams(json=...) with the bounded plan schema; 'grammar': the "
-        "EBNF grammar that also enforces equal list lengths and earlier-only access.",
+        default="grammar",
+        description="'grammar': the EBNF grammar that also enforces equal list lengths and earlier-only access, so "
+        "every plan is valid; 'json_schema': StructuredOutputsParams(json=...) with the bounded plan schema.",
     )
+    structured_outputs_backend: Literal["xgrammar", "guidance"] | None = Field(
+        default=None,
+        description="vLLM's structured-output backend, set for the whole engine (with no whitespace between JSON "
+        "tokens). Unset: 'guidance' for 'json_schema' (xgrammar lets control characters into JSON strings) and "
+        "'xgrammar' for 'grammar'.")
 
     @model_validator(mode="after")
     def _default_is_known(self) -> "VllmConductorConfig":
@@ -247,7 +257,7 @@ class ConductorConfig(_Strict):
     backend: Literal["static", "transformers", "openai", "vllm", "policy"] = Field(
         default="static",
         description="Who writes plans: 'static' (the fixed `plan`), 'transformers' (a model in process, CPU or GPU), "
-        "'openai' (an OpenAI-compatible server), 'vllm' (vLLM in process, GPU).",
+        "'openai' (an OpenAI-compatible server), 'vllm' (vLLM's engine in process, GPU or CPU).",
     )
     plan: StaticPlan | None = None
     max_steps: int = Field(default=5, ge=1, le=32)
@@ -279,7 +289,7 @@ class ConductorConfig(_Strict):
         if self.backend == "openai" and self.openai is None:
             raise ValueError("conductor.backend 'openai' needs a `conductor.openai:` section (base_url, model)")
         if self.backend == "vllm" and self.vllm is None:
-            raise ValueError("conductor.backend 'vllm' needs a `conductor.vllm:` section (model, adapters)")
+            raise ValueError("conductor.backend 'vllm' needs a `conductor.vllm:` section (`vllm: {}` takes the defaults)")
         return self
 
 

@@ -27,6 +27,7 @@ applied is not applied twice.
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -171,6 +172,7 @@ class Newcomers:
         if not self._allowed.any() and not self.newcomers:
             raise ValueError("every workflow of the policy uses a removed worker, and there is no other")
         self._seen: set[str] = set()
+        self._lock = threading.Lock()  # a router applies rewards on its loop and in a loading thread
 
     @property
     def names(self) -> list[str]:
@@ -231,12 +233,15 @@ class Newcomers:
         """Learn from the reward (quality in [0, 1]) of one episode; False when the action is not
         a newcomer or the episode (``key``) was already applied."""
         target = next((n for n in self.newcomers if n.name == action), None)
-        if target is None or key in self._seen:
+        if target is None:
             return False
-        self._seen.add(key)
         if features is None:
             features = self.features([prompt], [eval_name], self.policy.quality([prompt], [eval_name]))
-        target.head.update(features[0], outcome_of(reward, key))
+        with self._lock:
+            if key in self._seen:
+                return False
+            self._seen.add(key)
+            target.head.update(features[0], outcome_of(reward, key))
         return True
 
 

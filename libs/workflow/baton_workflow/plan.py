@@ -61,7 +61,7 @@ def readable_steps(access: Access, step: int) -> list[int]:
 
 def to_proto(plan: Plan, *, backend: str, policy_version: str = "", fallback: bool = False,
              invalid_reason: str = "", token_logprobs: Sequence[float] = (), propensity: float = 0.0,
-             action: str = "") -> workflow_pb2.Plan:
+             action: str = "", log_propensity: float | None = None) -> workflow_pb2.Plan:
     out = workflow_pb2.Plan(
         action=action,
         backend=backend,
@@ -71,6 +71,8 @@ def to_proto(plan: Plan, *, backend: str, policy_version: str = "", fallback: bo
         token_logprobs=list(token_logprobs),
         propensity=propensity,
     )
+    if log_propensity is not None:  # absent means unknown; any number, -inf to 0, is a known one
+        out.log_propensity = log_propensity
     for worker, task, access in zip(plan.workers, plan.subtasks, plan.access):
         step = out.steps.add(worker=worker, instruction=task)
         if access == "all":

@@ -100,7 +100,8 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
             await dead_letters.send(msg, str(e))
             return
         if update.version:
-            models.add(update.version)
+            # Both spellings route to that version: `v3`, and `baton@v3` as the README names it.
+            models.update({update.version, f"{update.name or DEFAULT_POLICY}@{update.version}"})
 
     def authorize(request: Request, scope: str):
         return gate.authenticate(request.headers.get("authorization"), scope)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 from aiokafka import ConsumerRebalanceListener, TopicPartition
@@ -21,6 +22,8 @@ from baton_platform.service import Service
 
 from baton_router.exploration import candidates, explores
 from baton_router.planning import Planner
+
+log = logging.getLogger(__name__)
 
 
 class _CommitOnRevoke(ConsumerRebalanceListener):
@@ -52,10 +55,14 @@ def register(service: Service, planner: Planner, backend=None):
     tracer = service.tracer_provider.get_tracer("baton.router")
     loaded = Counter("baton_policies_loaded", "Policies loaded from baton.policy", ["version", "kind"],
                      registry=service.registry)
+    failed = Counter("baton_policies_failed", "Policies from baton.policy that could not be loaded", ["kind"],
+                     registry=service.registry)
 
-    if hasattr(backend, "load"):
+    kind = getattr(backend, "policy_kind", None)
+    if kind:
         # Every router replica reads the whole (small, compacted) policy topic: a published policy
         # is served by all of them without a restart; a rollback is an update naming an older one.
+        # Updates of the other kind are for the other backend ("fast": the policy conductor, "lora": vLLM).
         @service.broker.subscriber(topics.POLICY, auto_offset_reset="earliest", ack_policy=AckPolicy.ACK_FIRST)
         async def on_policy(msg: KafkaMessage) -> None:
             try:
@@ -63,12 +70,14 @@ def register(service: Service, planner: Planner, backend=None):
             except PoisonMessage as e:
                 await service.dead_letters.send(msg, str(e))
                 return
-            if update.kind != "fast":
+            if update.kind != kind:
                 return
             try:
-                await asyncio.to_thread(backend.load, update.uri, update.version)
+                await backend.serve_policy(update.uri, update.version)
                 loaded.labels(update.version, "rollback" if update.rollback else "update").inc()
             except Exception as e:  # noqa: BLE001 - a bad artefact must not stop planning with the current one
+                log.error("policy %s (%s) not loaded; still serving the previous one: %s", update.version, kind, e)
+                failed.labels(kind).inc()
                 await service.dead_letters.send(msg, f"policy {update.version} could not be loaded: {e}")
 
     # Offsets are committed in batches (at most every 200 ms), after the plan is published: one

@@ -47,7 +47,7 @@ class Planner:
         except ConductorOutputError as e:
             # The model wrote something that is not a plan: keep what it sampled (reward 0 later).
             return self._fallback(f"unparseable plan: {e}", e.policy_version, e.token_logprobs, e.propensity,
-                                  inner=inner)
+                                  e.log_propensity, inner=inner)
         except Exception as e:  # noqa: BLE001 - a broken conductor must not stop the request
             log.exception("conductor %s failed for %s", self._backend.name, request.request_id)
             return self._fallback(f"conductor error: {type(e).__name__}: {e}", policy_version="", inner=inner)
@@ -57,15 +57,17 @@ class Planner:
             problems.append(f"the conductor may call itself at most {self._max_depth} level(s) deep")
         if problems:
             return self._fallback("; ".join(problems), proposal.policy_version, proposal.token_logprobs,
-                                  proposal.propensity, inner=inner)
+                                  proposal.propensity, proposal.log_propensity, inner=inner)
         plan = to_proto(proposal.plan, backend=self._backend.name, policy_version=proposal.policy_version,
                         token_logprobs=proposal.token_logprobs, propensity=proposal.propensity,
+                        log_propensity=proposal.log_propensity,
                         action=proposal.action)
         return PlanResult(plan=plan, valid=True)
 
-    def _fallback(self, reason: str, policy_version: str, token_logprobs=(), propensity: float = 0.0, *,
-                  inner: bool = False) -> PlanResult:
+    def _fallback(self, reason: str, policy_version: str, token_logprobs=(), propensity: float = 0.0,
+                  log_propensity: float | None = None, *, inner: bool = False) -> PlanResult:
         # The episode keeps the invalid plan's log-probs and reason: it earns reward 0 in training.
         plan = to_proto(KEEP if inner else self._safe, backend=self._backend.name, policy_version=policy_version,
-                        fallback=True, invalid_reason=reason, token_logprobs=token_logprobs, propensity=propensity)
+                        fallback=True, invalid_reason=reason, token_logprobs=token_logprobs, propensity=propensity,
+                        log_propensity=log_propensity)
         return PlanResult(plan=plan, valid=False)

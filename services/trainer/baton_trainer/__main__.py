@@ -1,10 +1,10 @@
-"""``baton-trainer {replay|split|train-fast|rollback|grpo} ...`` (also ``python -m baton_trainer``)."""
+"""``baton-trainer {replay|split|train-fast|rollback|grpo|publish-lora} ...`` (also ``python -m baton_trainer``)."""
 
 from __future__ import annotations
 
 import sys
 
-from . import replay, split, train_fast
+from . import publish_lora, replay, split, train_fast
 
 
 def _launch(argv: list[str]) -> int:
@@ -28,6 +28,7 @@ COMMANDS = {
     "rollback": lambda argv: train_fast.main(argv, "rollback"),
     "launch-grpo": lambda argv: _launch(argv),
     "grpo": _grpo,
+    "publish-lora": publish_lora.main,
 }
 
 

@@ -56,8 +56,9 @@ class PolicyStore:
 
 
 def update(name: str, version: str, uri: str, *, estimate: float = 0.0, lower: float = 0.0,
-           rollback: bool = False) -> policy_pb2.PolicyUpdate:
-    return policy_pb2.PolicyUpdate(name=name, version=version, uri=uri, kind="fast", estimate=estimate,
+           rollback: bool = False, kind: str = "fast") -> policy_pb2.PolicyUpdate:
+    """`kind`: "fast" (a learned CPU policy) or "lora" (an adapter of the LLM conductor)."""
+    return policy_pb2.PolicyUpdate(name=name, version=version, uri=uri, kind=kind, estimate=estimate,
                                    estimate_lower=lower, published_unix_ms=int(time.time() * 1000), rollback=rollback)
 
 

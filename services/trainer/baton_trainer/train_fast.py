@@ -1,7 +1,7 @@
 """`baton-trainer train-fast`: learn the fast policy from logged episodes, gate it, roll it out.
 
     baton-trainer train-fast --episodes DIR|URL --store URI [--publish]   # BATON_CONFIG names the pool
-    baton-trainer rollback --store URI [--to VERSION]
+    baton-trainer rollback --store URI [--to VERSION]   # either kind: a fast policy or a LoRA adapter
 """
 
 from __future__ import annotations
@@ -92,7 +92,8 @@ def rollback(args) -> dict:
     target = next((v for v in versions if v["version"] == args.to), None) if args.to else versions[-2]
     if target is None:
         return {"rolled_back": False, "reason": f"no version {args.to!r}; have {[v['version'] for v in versions]}"}
-    announce_sync(config.kafka, update(args.name, target["version"], target["uri"], rollback=True))
+    announce_sync(config.kafka, update(args.name, target["version"], target["uri"], rollback=True,
+                                       kind=target.get("kind", "fast")))
     return {"rolled_back": True, "version": target["version"], "uri": target["uri"]}
 
 

@@ -27,7 +27,7 @@ class PlanStep(_message.Message):
     def __init__(self, worker: _Optional[str] = ..., instruction: _Optional[str] = ..., access: _Optional[_Union[Access, _Mapping]] = ...) -> None: ...
 
 class Plan(_message.Message):
-    __slots__ = ("steps", "backend", "policy_version", "fallback", "invalid_reason", "token_logprobs", "propensity", "action")
+    __slots__ = ("steps", "backend", "policy_version", "fallback", "invalid_reason", "token_logprobs", "propensity", "action", "log_propensity")
     STEPS_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -36,6 +36,7 @@ class Plan(_message.Message):
     TOKEN_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     PROPENSITY_FIELD_NUMBER: _ClassVar[int]
     ACTION_FIELD_NUMBER: _ClassVar[int]
+    LOG_PROPENSITY_FIELD_NUMBER: _ClassVar[int]
     steps: _containers.RepeatedCompositeFieldContainer[PlanStep]
     backend: str
     policy_version: str
@@ -44,7 +45,8 @@ class Plan(_message.Message):
     token_logprobs: _containers.RepeatedScalarFieldContainer[float]
     propensity: float
     action: str
-    def __init__(self, steps: _Optional[_Iterable[_Union[PlanStep, _Mapping]]] = ..., backend: _Optional[str] = ..., policy_version: _Optional[str] = ..., fallback: _Optional[bool] = ..., invalid_reason: _Optional[str] = ..., token_logprobs: _Optional[_Iterable[float]] = ..., propensity: _Optional[float] = ..., action: _Optional[str] = ...) -> None: ...
+    log_propensity: float
+    def __init__(self, steps: _Optional[_Iterable[_Union[PlanStep, _Mapping]]] = ..., backend: _Optional[str] = ..., policy_version: _Optional[str] = ..., fallback: _Optional[bool] = ..., invalid_reason: _Optional[str] = ..., token_logprobs: _Optional[_Iterable[float]] = ..., propensity: _Optional[float] = ..., action: _Optional[str] = ..., log_propensity: _Optional[float] = ...) -> None: ...
 
 class WorkflowPlanned(_message.Message):
     __slots__ = ("request", "plan", "planned_unix_ms")

@@ -10,10 +10,13 @@ record the same quantity. The model's unconstrained log-probs (what a trainer re
 policy without the mask) are lower; the transformers backend has them too (`Sample.model_logprobs`).
 A hosted API behind the 'openai' backend reports whatever its provider computes.
 
-`Proposal.propensity` is the probability with which this plan was actually drawn: 1.0 under greedy
-decoding; exp(sum of the sampling log-probs: mask, then temperature, top-k, top-p) where the backend
-sees them (transformers); for vLLM, exp(sum(token_logprobs)) at temperature 1 (the sampling
-distribution then is the masked one); 0.0 ("unknown") otherwise.
+`Proposal.log_propensity` is the log of the probability with which this plan was actually drawn: 0
+under greedy decoding; the sum of the sampling log-probs (mask, then temperature, top-k, top-p) where
+the backend sees them (transformers); for vLLM, sum(token_logprobs) at temperature 1 (the sampling
+distribution then is the masked one); None ("unknown") otherwise. It is kept in log space because a
+plan of a few hundred tokens has a probability far below the smallest double: `Proposal.propensity`
+is its exp() for readers that want a probability, 0.0 when it underflows or is unknown, which only
+`log_propensity` tells apart.
 """
 
 from __future__ import annotations
@@ -33,21 +36,23 @@ class ConductorUnavailable(RuntimeError):
 class PlanPrompter(Prompter):
     """The shared prompter, plus turning sampled text into a Proposal that keeps what was sampled."""
 
-    def proposal(self, text: str, token_logprobs: Sequence[float], propensity: float,
+    def proposal(self, text: str, token_logprobs: Sequence[float], log_prop: float | None,
                  policy_version: str, bounds: PlanBounds | None = None) -> Proposal:
         """The Proposal for `text`; ConductorOutputError (carrying the log-probs) when it is not a plan."""
         logprobs = [float(x) for x in token_logprobs]
+        propensity = 0.0 if log_prop is None else math.exp(log_prop)
         try:
             plan = self.parse(text, bounds)
         except ConductorOutputError as e:
             e.token_logprobs, e.propensity, e.policy_version = logprobs, propensity, policy_version
+            e.log_propensity = log_prop
             raise
-        return Proposal(plan=plan, policy_version=policy_version, token_logprobs=logprobs, propensity=propensity)
+        return Proposal(plan=plan, policy_version=policy_version, token_logprobs=logprobs, propensity=propensity,
+                        log_propensity=log_prop)
 
 
-def propensity_from(sampling_logprob_sum: float | None, temperature: float) -> float:
+def log_propensity(sampling_logprob_sum: float | None, temperature: float) -> float | None:
+    """The plan's log-probability of being drawn: 0 when decoding is greedy, None when unknown."""
     if temperature == 0:
-        return 1.0
-    if sampling_logprob_sum is None:
         return 0.0
-    return math.exp(sampling_logprob_sum)
+    return sampling_logprob_sum

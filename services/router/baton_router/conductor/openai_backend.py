@@ -4,7 +4,7 @@ Each plan is one POST /chat/completions with `response_format` json_schema (the 
 strict) and `logprobs: true`; the token log-probs come from `choices[0].logprobs.content`. `vllm serve` reports
 them after the schema mask and before temperature, as every backend records them (see `common`); a
 hosted API reports what its provider computes. Which distribution the server sampled from is not
-known here, so the propensity is unknown (0.0) unless decoding is greedy (temperature 0: 1.0).
+known here, so the propensity is unknown unless decoding is greedy (temperature 0: log 1 = 0).
 
 `policy_models` maps a request's policy name to the model to ask for, so LoRA adapters registered with
 `vllm serve --lora-modules name=path` serve as policy versions.
@@ -19,7 +19,7 @@ from baton.v1 import requests_pb2
 from baton_platform.config import BatonConfig
 
 from baton_router.conductor.base import Proposal
-from baton_router.conductor.common import PlanPrompter, propensity_from
+from baton_router.conductor.common import PlanPrompter, log_propensity
 from baton_conductor import plan_json_schema
 
 
@@ -90,8 +90,8 @@ class OpenAIConductor:
             raise ConductorServerError(f"conductor server sent no chat completion: {response.text[:300]!r}") from e
         content = ((choice.get("logprobs") or {}).get("content")) or []
         logprobs = [float(t["logprob"]) for t in content if t.get("logprob") is not None]
-        propensity = propensity_from(None, self.settings.temperature)
-        return self.prompter.proposal(text or "", logprobs, propensity, body["model"], self.prompter.bounds_for(request))
+        log_prop = log_propensity(None, self.settings.temperature)
+        return self.prompter.proposal(text or "", logprobs, log_prop, body["model"], self.prompter.bounds_for(request))
 
     async def aclose(self) -> None:
         await self._client.aclose()

@@ -45,6 +45,7 @@ class Loaded:
 
 class PolicyConductor:
     name = "policy"
+    policy_kind = "fast"  # the PolicyUpdate kind this backend serves
 
     def __init__(self, config: BatonConfig, rng: random.Random | None = None) -> None:
         self._workers = [w.name for w in config.workers]
@@ -74,11 +75,13 @@ class PolicyConductor:
 
         policy = Policy.load(local_copy(uri))
         loaded = Loaded(version, uri, policy, self._newcomers(policy, version))
-        if loaded.newcomers is not None:
-            for reward in self._recent:
-                self._apply(loaded, reward)
         self._current = loaded
         self.history.append(loaded)
+        if loaded.newcomers is not None:
+            # Loads run in a thread while rewards keep arriving: a copy to read, and an episode
+            # that both paths apply counts once (Newcomers.update is idempotent per episode).
+            for reward in list(self._recent):
+                self._apply(loaded, reward)
         log.info("serving policy %s from %s", version, uri)
 
     def _newcomers(self, policy, version: str):
@@ -114,6 +117,9 @@ class PolicyConductor:
     def _apply(loaded: Loaded, reward: rewards_pb2.Reward) -> bool:
         return loaded.newcomers.update(reward.query, reward.eval_name or None, reward.action, reward.quality,
                                        reward.request_id)
+
+    async def serve_policy(self, uri: str, version: str) -> None:
+        await asyncio.to_thread(self.load, uri, version)
 
     async def propose(self, request: requests_pb2.ChatRequest) -> Proposal:
         if request.HasField("parent"):

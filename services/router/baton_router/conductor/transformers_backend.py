@@ -35,7 +35,7 @@ from baton.v1 import requests_pb2
 from baton_platform.config import BatonConfig, TransformersConductorConfig
 
 from baton_router.conductor.base import Proposal
-from baton_router.conductor.common import ConductorUnavailable, PlanPrompter, propensity_from
+from baton_router.conductor.common import ConductorUnavailable, PlanPrompter, log_propensity
 from baton_conductor import plan_grammar, plan_json_schema
 
 log = logging.getLogger(__name__)
@@ -297,11 +297,11 @@ class TransformersConductor:
         await self._queue.put(pending)
         sample: Sample = await pending.future
         loaded = self._loaded
-        propensity = propensity_from(sample.sampling_logprob, self.settings.temperature)
+        log_prop = log_propensity(sample.sampling_logprob, self.settings.temperature)
         if not sample.finished:
             # Cut off at max_new_tokens: the text is not a whole plan; parsing reports why.
             log.warning("conductor plan cut off after %d tokens", len(sample.token_ids))
-        return self.prompter.proposal(sample.text, sample.token_logprobs, propensity, loaded.version,
+        return self.prompter.proposal(sample.text, sample.token_logprobs, log_prop, loaded.version,
                                       self.prompter.bounds_for(request))
 
     async def _batch_forever(self) -> None:

@@ -1,20 +1,29 @@
-"""The conductor run in process by vLLM's async engine (GPU router image only).
+"""The conductor run in process by vLLM's async engine (the router's GPU image, or vLLM's CPU build).
 
 Every `propose` is one `engine.generate` call: vLLM batches concurrent requests continuously, so
 nothing is gathered here. Decoding is constrained with `StructuredOutputsParams` (the bounded plan
 JSON schema, or the EBNF grammar that also enforces equal lengths and earlier-only access), and the
 sampled tokens' log-probs come back with the output: vLLM's default `raw_logprobs`, computed after
 the structured-output mask and before temperature (see `common`). At temperature 1 (top-p 1, no
-top-k) they are the sampling distribution's, so the propensity is their exponentiated sum; at other
-temperatures it is unknown (0.0), except 1.0 under greedy decoding.
+top-k) they are the sampling distribution's, so the propensity's log is their sum; at other
+temperatures it is unknown, except log 1 = 0 under greedy decoding.
 
-Policy versions are LoRA adapters: `request.policy` names one (`LoRARequest(name, int_id, path)`);
-an unknown or default policy gets `default_adapter`, or the base model when none is set. Adapters are
-added and the default switched at run time with `load_adapter` and `set_default`, e.g. when the
-trainer publishes a new policy.
+The structured-output backend is an engine setting, not a request's: vLLM 0.32 reads
+`disable_any_whitespace` only from the engine's `structured_outputs_config`, and its two backends
+fail in different places (xgrammar lets raw control characters into JSON strings, so schema-bound
+plans often do not parse; guidance refuses some EBNF the plan grammar uses). Hence guidance for the
+JSON schema and xgrammar for the grammar, unless configured.
 
-vLLM is imported only when the engine starts: it pins a CUDA build of torch and cannot be installed
-next to the CPU stack, so this module must import without it.
+Policy versions are LoRA adapters: `request.policy` names one (`v3`, or `baton@v3` as a client asks
+for a policy's version); an unknown or default policy gets `default_adapter`, or the base model when
+none is set. Adapters are added and the default switched at run time with `serve_policy` when the
+trainer publishes a version on baton.policy (or rolls back to an older one); an adapter the engine
+does not take leaves the version being served as it was.
+
+Loading the engine takes seconds to minutes (importing vLLM alone takes ~10 s on a small CPU), all of
+it synchronous: `start` runs it in a thread, so the router's event loop (Kafka heartbeats, liveness)
+never waits on it. vLLM is imported only then: it pins its own torch and transformers, so this module
+must import without it.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ import inspect
 import itertools
 import logging
 import math
+import os
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,10 +45,19 @@ from baton.v1 import requests_pb2
 from baton_platform.config import BatonConfig
 
 from baton_router.conductor.base import Proposal
-from baton_router.conductor.common import ConductorUnavailable, PlanPrompter, propensity_from
+from baton_router.conductor.common import ConductorUnavailable, PlanPrompter, log_propensity
 from baton_conductor import plan_grammar, plan_json_schema
 
 log = logging.getLogger(__name__)
+
+
+POLICY_SEPARATOR = "@"  # `baton@v3`: version v3 of the policy named baton
+
+
+def default_model() -> Path:
+    """SmolLM2-135M-Instruct where tools/vllm/setup.sh converts it, so that `vllm: {}` runs as is."""
+    cache = os.environ.get("BATON_MODEL_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "baton" / "models"
+    return Path(cache) / "smollm2-135m-instruct"
 
 
 def vllm_api() -> SimpleNamespace:
@@ -46,17 +65,23 @@ def vllm_api() -> SimpleNamespace:
     try:
         from vllm import AsyncEngineArgs, SamplingParams
         from vllm.lora.request import LoRARequest
+        from vllm.platforms import current_platform
         from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
         from vllm.v1.engine.async_llm import AsyncLLM
     except ImportError as e:
         raise ConductorUnavailable(
             "conductor.backend 'vllm' needs the `vllm` package, which is not installed here "
-            f"({e}). It ships in the router's GPU image (baton-router[vllm]); on a machine without a GPU use "
-            "the 'transformers' backend, or 'openai' against a `vllm serve` elsewhere."
+            f"({e}). It ships in the router's GPU image (baton-router[vllm]); locally, `baton up` and the tests "
+            "run the router from the environment tools/vllm/setup.sh builds (vLLM's CPU build)."
         ) from e
     return SimpleNamespace(AsyncEngineArgs=AsyncEngineArgs, SamplingParams=SamplingParams, LoRARequest=LoRARequest,
                            RequestOutputKind=RequestOutputKind, StructuredOutputsParams=StructuredOutputsParams,
-                           AsyncLLM=AsyncLLM)
+                           AsyncLLM=AsyncLLM, on_cpu=current_platform.is_cpu())
+
+
+def adapter_name(policy: str) -> str:
+    """The adapter a request's policy names: `baton@v3` and `v3` both name v3."""
+    return policy.rpartition(POLICY_SEPARATOR)[2]
 
 
 @dataclass(frozen=True)
@@ -68,8 +93,13 @@ class Adapter:
     path: str
 
 
+class AdapterRejected(RuntimeError):
+    """The engine did not take a LoRA adapter; the version served before stays."""
+
+
 class VllmConductor:
     name = "vllm"
+    policy_kind = "lora"  # the PolicyUpdate kind this backend serves
 
     def __init__(self, config: BatonConfig, *, engine: Any = None, api: SimpleNamespace | None = None) -> None:
         settings = config.conductor.vllm
@@ -92,7 +122,8 @@ class VllmConductor:
         self._default: str | None = settings.default_adapter
         self._starting: asyncio.Task | None = None
         self._started = False
-        self.base_version = Path(settings.model).name or settings.model
+        self.model = settings.model or str(default_model())
+        self.base_version = Path(self.model).name or self.model
 
     # -- policy versions -------------------------------------------------------------------------
 
@@ -106,25 +137,41 @@ class VllmConductor:
 
     def adapter_for(self, policy: str) -> Adapter | None:
         """The adapter a request's policy selects: its own, else the default, else None (the base model)."""
-        if policy in self._adapters:
-            return self._adapters[policy]
+        name = adapter_name(policy)
+        if name in self._adapters:
+            return self._adapters[name]
         if self._default is not None:
             return self._adapters[self._default]
         return None
 
     async def load_adapter(self, name: str, path: str | Path) -> Adapter:
         """Register (or replace) the adapter `name`. A replaced adapter gets a new id, because vLLM caches
-        weights by id; requests already running keep the old weights."""
+        weights by id; requests already running keep the old weights. AdapterRejected (or the engine's
+        own error) when the engine does not take it; then nothing changes."""
         adapter = Adapter(name, next(self._ids), str(path))
         old = self._adapters.get(name)
         if self._started:
             # Loading first surfaces a bad adapter here, not in the next request that picks it.
-            await self._engine.add_lora(self._lora_request(adapter))
+            await self._add(adapter)
         self._adapters[name] = adapter
         if old is not None and self._started:
             await self._engine.remove_lora(old.int_id)
         log.info("conductor adapter %s loaded from %s (id %d)", name, path, adapter.int_id)
         return adapter
+
+    async def _add(self, adapter: Adapter) -> None:
+        if not await self._engine.add_lora(self._lora_request(adapter)):
+            raise AdapterRejected(f"vLLM did not load the LoRA adapter {adapter.name} from {adapter.path}")
+
+    async def serve_policy(self, uri: str, version: str) -> None:
+        """Serve a version published on baton.policy to every request that names no other: load its adapter
+        (once; a rollback names one already loaded) and make it the default."""
+        await self.start()
+        known = self._adapters.get(version)
+        if known is None or known.path != str(local_path(uri)):
+            await self.load_adapter(version, local_path(uri))
+        self.set_default(version)
+        log.info("conductor serves policy version %s", version)
 
     def set_default(self, name: str | None) -> None:
         """Serve `name` to requests that name no known policy; None serves the base model."""
@@ -162,21 +209,33 @@ class VllmConductor:
             raise
 
     async def _start(self) -> None:
-        s = self.settings
         if self._engine is None:
-            api = self.api
-            args = {"model": s.model, "enable_lora": s.enable_lora, "gpu_memory_utilization": s.gpu_memory_utilization,
-                    "max_model_len": s.max_model_len, "dtype": s.dtype, "enforce_eager": s.enforce_eager}
-            if s.enable_lora:
-                args.update(max_loras=s.max_loras, max_lora_rank=s.max_lora_rank)
-            if s.seed is not None:  # unset keeps vLLM's own default
-                args["seed"] = s.seed
-            self._engine = api.AsyncLLM.from_engine_args(api.AsyncEngineArgs(**args))
+            started = asyncio.get_running_loop().time()
+            self._engine = await asyncio.to_thread(self._build_engine)
+            log.info("vLLM engine for %s loaded in %.1f s", self.model, asyncio.get_running_loop().time() - started)
         tokenizer = self._engine.get_tokenizer()
         self._tokenizer = await tokenizer if inspect.isawaitable(tokenizer) else tokenizer
         for adapter in self._adapters.values():
-            await self._engine.add_lora(self._lora_request(adapter))
+            await self._add(adapter)
         self._started = True
+
+    def engine_args(self) -> dict[str, Any]:
+        s, api = self.settings, self.api
+        eager = api.on_cpu if s.enforce_eager is None else s.enforce_eager
+        structured = s.structured_outputs_backend or ("guidance" if s.constraint == "json_schema" else "xgrammar")
+        args = {"model": self.model, "enable_lora": s.enable_lora, "gpu_memory_utilization": s.gpu_memory_utilization,
+                "max_model_len": s.max_model_len, "dtype": s.dtype, "enforce_eager": eager,
+                "structured_outputs_config": {"backend": structured, "disable_any_whitespace": True}}
+        if s.enable_lora:
+            args.update(max_loras=s.max_loras, max_lora_rank=s.max_lora_rank)
+        if s.seed is not None:  # unset keeps vLLM's own default
+            args["seed"] = s.seed
+        return args
+
+    def _build_engine(self):
+        """Runs in a worker thread: the import and the engine's start are synchronous."""
+        api = self.api
+        return api.AsyncLLM.from_engine_args(api.AsyncEngineArgs(**self.engine_args()))
 
     def sampling_params(self, request: requests_pb2.ChatRequest | None = None):
         s, api = self.settings, self.api
@@ -184,8 +243,9 @@ class VllmConductor:
         if s.constraint == "grammar":
             structured = api.StructuredOutputsParams(grammar=self._grammars[bounds])
         else:
-            # Free whitespace lets a model pad the JSON until max_tokens; the plan has no use for it.
-            structured = api.StructuredOutputsParams(json=self._schemas[bounds], disable_any_whitespace=True)
+            # Whitespace is off engine-wide (see engine_args): free whitespace lets a model pad the JSON until
+            # max_tokens.
+            structured = api.StructuredOutputsParams(json=self._schemas[bounds])
         return api.SamplingParams(
             # top-p and top-k stated, so that a model's generation_config cannot narrow sampling unseen
             # (the propensity at temperature 1 assumes the full masked distribution).
@@ -219,13 +279,23 @@ class VllmConductor:
         logprobs = sampled_logprobs(completion)
         # Only at temperature 1 is the masked distribution the one the tokens were drawn from.
         drawn_from = math.fsum(logprobs) if self.settings.temperature == 1.0 and logprobs else None
-        return self.prompter.proposal(completion.text, logprobs, propensity_from(drawn_from, self.settings.temperature),
+        return self.prompter.proposal(completion.text, logprobs, log_propensity(drawn_from, self.settings.temperature),
                                       version, self.prompter.bounds_for(request))
 
     async def aclose(self) -> None:
+        if self._starting is not None and not self._starting.done():
+            # The engine thread cannot be interrupted; shut the engine down once it is up.
+            await asyncio.gather(self._starting, return_exceptions=True)
         if self._engine is not None and hasattr(self._engine, "shutdown"):
             self._engine.shutdown()
         self._started = False
+
+
+def local_path(uri: str) -> Path:
+    """A local directory holding the adapter at `uri` (the policy store: a path, file:// or an fsspec URL)."""
+    from baton_policy import local_copy
+
+    return local_copy(uri)
 
 
 def sampled_logprobs(completion) -> list[float]:
