@@ -16,9 +16,12 @@ module_version() {  # module_version <go.mod> <module>: the version that go.mod 
 KUBE_VERSION="$(module_version "$HERE/kube/go.mod" k8s.io/kubernetes)"
 COREDNS_VERSION="$(module_version "$HERE/coredns/go.mod" github.com/coredns/coredns)"
 COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
-STAMP_WANT="kubernetes $KUBE_VERSION coredns $COREDNS_VERSION $(cat "$HERE/kube/go.sum" "$HERE/coredns/go.sum" | sha256sum | cut -c1-16)"
+# One stamp per module: what was built from which sources.
+kube_stamp="kubernetes $KUBE_VERSION $(cat "$HERE/kube/go.mod" "$HERE/kube/go.sum" "$HERE/kube/tools.go" | sha256sum | cut -c1-16)"
+coredns_stamp="coredns $COREDNS_VERSION $(cat "$HERE/coredns/go.mod" "$HERE/coredns/go.sum" "$HERE/coredns/main.go" | sha256sum | cut -c1-16)"
+built() { [[ -f "$BIN/.stamp-$1" && "$(cat "$BIN/.stamp-$1")" == "$2" ]]; }
 
-if [[ -f "$BIN/.stamp" && "$(cat "$BIN/.stamp")" == "$STAMP_WANT" ]]; then
+if built kube "$kube_stamp" && built coredns "$coredns_stamp"; then
     echo "$BIN"
     exit 0
 fi
@@ -32,10 +35,6 @@ command -v go >/dev/null 2>&1 || { echo "tools/k8s/build.sh: a Go toolchain is n
 mkdir -p "$BIN"
 exec 9>"$BIN/.lock"
 flock 9
-if [[ -f "$BIN/.stamp" && "$(cat "$BIN/.stamp")" == "$STAMP_WANT" ]]; then
-    echo "$BIN"
-    exit 0
-fi
 
 minor="${KUBE_VERSION#v1.}"
 minor="${minor%%.*}"
@@ -43,12 +42,17 @@ minor="${minor%%.*}"
 version_flags="-X k8s.io/component-base/version.gitVersion=$KUBE_VERSION \
  -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor \
  -X k8s.io/component-base/version.gitTreeState=clean"
-for command in "${COMMANDS[@]}"; do
-    echo "tools/k8s/build.sh: building $command $KUBE_VERSION" >&2
-    (cd "$HERE/kube" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w $version_flags" \
-        -o "$BIN/$command" "k8s.io/kubernetes/cmd/$command")
-done
-echo "tools/k8s/build.sh: building coredns $COREDNS_VERSION" >&2
-(cd "$HERE/coredns" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$BIN/coredns" baton.local/coredns)
-echo "$STAMP_WANT" >"$BIN/.stamp"
+if ! built kube "$kube_stamp"; then
+    for command in "${COMMANDS[@]}"; do
+        echo "tools/k8s/build.sh: building $command $KUBE_VERSION" >&2
+        (cd "$HERE/kube" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w $version_flags" \
+            -o "$BIN/$command" "k8s.io/kubernetes/cmd/$command")
+    done
+    echo "$kube_stamp" >"$BIN/.stamp-kube"
+fi
+if ! built coredns "$coredns_stamp"; then
+    echo "tools/k8s/build.sh: building coredns $COREDNS_VERSION" >&2
+    (cd "$HERE/coredns" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$BIN/coredns" baton.local/coredns)
+    echo "$coredns_stamp" >"$BIN/.stamp-coredns"
+fi
 echo "$BIN"

@@ -8,7 +8,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 SOCK="$1"
 CACHE="$ROOT/.baton/images"
 TAG="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$ROOT/charts/baton/Chart.yaml")"
-IMAGES=(ghcr.io/baton-llm/baton ghcr.io/baton-llm/baton-trainer ghcr.io/baton-llm/baton-kafka ghcr.io/baton-llm/baton-standin)
+IMAGES=(ghcr.io/baton-llm/baton ghcr.io/baton-llm/baton-kafka ghcr.io/baton-llm/baton-standin)
 PAUSE=localhost/baton-pause:1
 mkdir -p "$CACHE"
 

@@ -5,6 +5,7 @@ import (
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/coremain"
 
+	_ "github.com/coredns/coredns/plugin/bind"
 	_ "github.com/coredns/coredns/plugin/cache"
 	_ "github.com/coredns/coredns/plugin/errors"
 	_ "github.com/coredns/coredns/plugin/health"
@@ -13,7 +14,7 @@ import (
 )
 
 // The order in which a query passes the plugins, as in CoreDNS's plugin.cfg.
-var directives = []string{"errors", "health", "ready", "cache", "kubernetes"}
+var directives = []string{"bind", "ready", "health", "errors", "cache", "kubernetes"}
 
 func init() { dnsserver.Directives = directives }
 
