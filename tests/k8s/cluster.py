@@ -19,7 +19,6 @@ STATE = ROOT / ".baton" / "k8s"
 KUBECONFIG = STATE / "kubeconfig"
 NAMESPACE = "baton"
 RELEASE = "baton"
-VALUES = ROOT / "tools" / "k8s" / "values-local.yaml"
 
 
 def kubectl(*args: str, timeout: float = 120) -> str:
@@ -27,14 +26,6 @@ def kubectl(*args: str, timeout: float = 120) -> str:
                           capture_output=True, text=True, timeout=timeout)  # fmt: skip
     if done.returncode != 0:
         raise AssertionError(f"kubectl {' '.join(args)} failed: {done.stderr.strip()}")
-    return done.stdout
-
-
-def helm(*args: str, timeout: float = 700) -> str:
-    done = subprocess.run([str(ROOT / ".tools" / "bin" / "helm"), "--kubeconfig", str(KUBECONFIG), *args],
-                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
-    if done.returncode != 0:
-        raise AssertionError(f"helm {' '.join(args)} failed: {done.stderr.strip()}")
     return done.stdout
 
 
@@ -62,11 +53,6 @@ def matrix_prompts() -> list[str]:
     csv.field_size_limit(sys.maxsize)
     with (STATE / "matrix.csv").open(newline="", encoding="utf-8") as f:
         return [row["prompt"] for row in csv.DictReader(f)]
-
-
-def deployments() -> list[str]:
-    items = kubectl_json("get", "deployments", "-l", f"app.kubernetes.io/instance={RELEASE}")["items"]
-    return sorted(d["metadata"]["name"] for d in items)
 
 
 def ready_replicas(deployment: str) -> int:

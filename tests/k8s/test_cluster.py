@@ -8,13 +8,8 @@ import time
 
 from .cluster import (
     NAMESPACE,
-    RELEASE,
-    ROOT,
-    VALUES,
-    helm,
     Load,
     client,
-    deployments,
     kubectl,
     kubectl_json,
     matrix_prompts,
@@ -71,45 +66,3 @@ def test_scaling_an_executor_from_1_to_3_under_load_loses_nothing_and_keeps_the_
     assert stats["rate_limited"] == limited_before, "the executors together went over the provider's rpm limit"
     kubectl("scale", f"deployment/{STANDIN_EXECUTOR}", "--replicas=1")
     wait_until(lambda: ready_replicas(STANDIN_EXECUTOR) == 1, 180, f"{STANDIN_EXECUTOR} back at 1 replica")
-
-
-def test_helm_upgrade_changing_the_configuration_rolls_every_deployment_with_no_failed_request():
-    before = {d: kubectl_json("get", "deployment", d)["metadata"]["generation"] for d in deployments()}
-    with Load(workers=3) as load:
-        time.sleep(5)
-        started = time.monotonic()
-        helm("upgrade", RELEASE, str(ROOT / "charts" / "baton"), "-n", NAMESPACE, "-f", str(VALUES),
-             "--set", "synthesizer.config.stepTimeoutS=61", "--wait", "--timeout", "10m")  # fmt: skip
-        took = time.monotonic() - started
-        time.sleep(5)
-    load.report(f"helm upgrade ({took:.0f}s)")
-    after = {d: kubectl_json("get", "deployment", d)["metadata"]["generation"] for d in deployments()}
-    not_rolled = [d for d in before if after[d] == before[d]]
-    assert not not_rolled, f"deployments the upgrade did not roll: {not_rolled}"
-    assert all(_rolled_out(d) for d in after)
-    assert not load.failures, load.failures[:5]
-    assert load.ok > 0
-
-
-def test_deleting_a_pod_of_each_service_under_load_loses_nothing():
-    with Load(workers=3) as load:
-        time.sleep(5)
-        for deployment in deployments():
-            component = kubectl_json("get", "deployment", deployment)["spec"]["selector"]["matchLabels"]
-            selector = ",".join(f"{k}={v}" for k, v in component.items())
-            pod = kubectl_json("get", "pods", "-l", selector)["items"][0]["metadata"]["name"]
-            kubectl("delete", "pod", pod, "--wait=false")
-            kubectl("wait", "--for=delete", f"pod/{pod}", "--timeout=180s", timeout=200)
-            wait_until(lambda d=deployment: _rolled_out(d), 240, f"{deployment} Ready again after deleting {pod}")
-            print(f"deleted {pod}; {deployment} Ready again")
-        time.sleep(5)
-    load.report("pod deletions")
-    assert not load.failures, load.failures[:5]
-    assert load.ok > 0
-
-
-def _rolled_out(deployment: str) -> bool:
-    status = kubectl_json("get", "deployment", deployment)["status"]
-    want = kubectl_json("get", "deployment", deployment)["spec"]["replicas"]
-    return status.get("readyReplicas", 0) == want and status.get("updatedReplicas", 0) == want \
-        and status.get("replicas", 0) == want

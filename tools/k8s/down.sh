@@ -47,6 +47,17 @@ stop_pid kube-apiserver
 stop_pid etcd
 
 if [[ -x "$BIN/kube-proxy" ]]; then "$BIN/kube-proxy" --cleanup >/dev/null 2>&1; fi
+# What kube-proxy's cleanup leaves: the kubelet's own chains (KUBE-FIREWALL, KUBE-KUBELET-CANARY, ...).
+for cmd in iptables ip6tables; do
+    command -v "$cmd" >/dev/null || continue
+    for table in filter nat mangle; do
+        "$cmd" -t "$table" -S 2>/dev/null | grep -E '^-A [A-Z]+ .*-j KUBE-' | sed 's/^-A /-D /' |
+            while read -r rule; do eval "$cmd -t $table $rule"; done
+        chains="$("$cmd" -t "$table" -S 2>/dev/null | awk '/^-N KUBE-/ {print $2}')"
+        for chain in $chains; do "$cmd" -t "$table" -F "$chain"; done
+        for chain in $chains; do "$cmd" -t "$table" -X "$chain"; done
+    done
+done
 
 # Deepest first: container root filesystems, volume mounts, network namespaces.
 findmnt -rn -o TARGET | grep -F "$STATE/" | sort -r | while read -r target; do
