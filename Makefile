@@ -9,7 +9,7 @@ PY := .venv/bin/python
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: help install proto kafka helm vllm gpu-check test test-fast chaos demo train-demo up down bench images clean
+.PHONY: help install proto kafka helm vllm gpu-check test test-fast chaos demo train-demo up down bench images k8s-images k8s-tools k8s-up k8s-down k8s-test clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  %-12s %s\n", $$1, $$2}'
@@ -63,8 +63,28 @@ up: install kafka vllm ## Start Kafka, every service and the local model server 
 down: ## Stop everything `make up` started
 	@if [ -x .venv/bin/baton ]; then .venv/bin/baton down; else echo "nothing to stop"; fi
 
-images: ## Build the container images (needs a Docker engine)
-	docker/build.sh
+# The images the local cluster runs (`make images` also builds router-cpu, a few GB with torch).
+K8S_IMAGES := services kafka standin
+
+images: install kafka ## Build the container images (Docker, or buildah on Debian-made bases without one; cached)
+	@if ! docker info >/dev/null 2>&1; then tools/k8s/packages.sh; fi
+	docker/build.sh $(IMAGES)
+
+k8s-tools: helm ## Debian packages and the pinned Kubernetes binaries for the local cluster (cached)
+	tools/k8s/packages.sh
+	tools/k8s/build.sh >/dev/null
+
+k8s-images: ## Build only the images the local cluster runs
+	@$(MAKE) --no-print-directory images IMAGES="$(K8S_IMAGES)"
+
+k8s-up: k8s-images k8s-tools ## A local single-node Kubernetes cluster with Baton installed (gateway on 127.0.0.1:8080)
+	tools/k8s/up.sh
+
+k8s-down: ## Remove the local cluster and everything k8s-up started
+	tools/k8s/down.sh
+
+k8s-test: k8s-images k8s-tools ## Start the local cluster, run tests/k8s against it (openai client via the port-forward), take it down
+	tools/k8s/test.sh $(PYTEST_ARGS)
 
 clean: down ## Remove local state (episodes, logs, broker data)
 	rm -rf .baton

@@ -12,7 +12,8 @@
 
 ARG VLLM_IMAGE=vllm/vllm-openai:v0.33.0
 
-FROM ghcr.io/astral-sh/uv:0.13.8 AS uv
+ARG UV_IMAGE=ghcr.io/astral-sh/uv:0.13.8
+FROM ${UV_IMAGE} AS uv
 
 FROM ${VLLM_IMAGE}
 COPY --from=uv /uv /usr/local/bin/uv

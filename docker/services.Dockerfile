@@ -12,7 +12,8 @@
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 
 # uv itself, pinned to the version the Makefile uses, so the lock is read the same way everywhere.
-FROM ghcr.io/astral-sh/uv:0.13.8 AS uv
+ARG UV_IMAGE=ghcr.io/astral-sh/uv:0.13.8
+FROM ${UV_IMAGE} AS uv
 
 FROM ${PYTHON_IMAGE} AS build
 COPY --from=uv /uv /usr/local/bin/uv

@@ -19,6 +19,9 @@ DOCKERFILES = sorted(DOCKER.glob("*.Dockerfile"))
 SERVICES_IMAGE = DOCKER / "services.Dockerfile"
 ROUTER_GPU_IMAGE = DOCKER / "router-gpu.Dockerfile"
 TRAINER_IMAGE = DOCKER / "trainer.Dockerfile"
+KAFKA_IMAGE = DOCKER / "kafka.Dockerfile"
+# The images of Baton's own Python packages (the Kafka image carries only Apache Kafka's jars).
+PYTHON_DOCKERFILES = [d for d in DOCKERFILES if d != KAFKA_IMAGE]
 DEV_ONLY = {"baton-devtools"}
 
 
@@ -107,10 +110,11 @@ def test_hadolint_fails_on_a_bad_dockerfile(tmp_path):
 
 
 def test_the_expected_images_exist():
-    assert {p.name for p in DOCKERFILES} == {"services.Dockerfile", "router-gpu.Dockerfile", "trainer.Dockerfile"}
+    assert {p.name for p in DOCKERFILES} == {"services.Dockerfile", "router-gpu.Dockerfile", "trainer.Dockerfile",
+                                             "kafka.Dockerfile"}
 
 
-@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("dockerfile", PYTHON_DOCKERFILES, ids=lambda p: p.name)
 def test_each_dockerfile_has_its_own_dockerignore(dockerfile):
     ignore = dockerfile.with_name(dockerfile.name + ".dockerignore")
     assert ignore.exists(), f"{ignore.name} keeps .venv, .git and caches out of the build context"
@@ -120,10 +124,19 @@ def test_each_dockerfile_has_its_own_dockerignore(dockerfile):
     assert {"!pyproject.toml", "!uv.lock", "!libs/", "!services/"} <= set(patterns)
 
 
+def test_the_kafka_image_context_holds_only_the_jars_and_its_start_script():
+    ignore = KAFKA_IMAGE.with_name(KAFKA_IMAGE.name + ".dockerignore")
+    patterns = [l.strip() for l in ignore.read_text().splitlines() if l.strip() and not l.startswith("#")]
+    assert patterns == ["*", "!libs/", "!log4j2.properties", "!kafka-start.sh"]
+    copied = re.findall(r"^COPY (.+) /opt/kafka/", KAFKA_IMAGE.read_text(), re.M)
+    assert copied == ["libs/", "log4j2.properties kafka-start.sh"]
+    assert (DOCKER / "kafka" / "kafka-start.sh").stat().st_mode & 0o111, "the start script must be executable"
+
+
 # -- images and packages ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("dockerfile", PYTHON_DOCKERFILES, ids=lambda p: p.name)
 def test_installed_packages_are_workspace_members_and_not_dev_tools(dockerfile):
     packages = installed_packages(dockerfile)
     assert packages, f"{dockerfile.name} installs no workspace package"
@@ -159,7 +172,7 @@ def test_router_gpu_image_installs_exactly_the_members_the_router_needs():
             assert position[all_members[dep]["dir"]] < position[directory], f"{dep} must precede {directory}"
 
 
-@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("dockerfile", PYTHON_DOCKERFILES, ids=lambda p: p.name)
 def test_default_command_is_a_console_script_of_the_image(dockerfile):
     all_members = members()
     packages = installed_packages(dockerfile) & set(all_members)
@@ -199,7 +212,10 @@ def test_chart_trainer_command_matches_the_trainer_image():
 def test_uv_in_images_is_the_version_the_makefile_pins():
     pinned = re.search(r"^UV_VERSION := (\S+)", (ROOT / "Makefile").read_text(), re.M).group(1)
     for dockerfile in DOCKERFILES:
-        assert f"FROM ghcr.io/astral-sh/uv:{pinned} AS uv" in dockerfile.read_text(), dockerfile.name
+        if dockerfile == KAFKA_IMAGE:  # a Java image: no Python, no uv
+            continue
+        text = dockerfile.read_text()
+        assert f"ARG UV_IMAGE=ghcr.io/astral-sh/uv:{pinned}\nFROM ${{UV_IMAGE}} AS uv" in text, dockerfile.name
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# `make k8s-test`: starts the local cluster (tools/k8s/up.sh), runs tests/k8s against it through the
+# gateway's port-forward, and always takes the cluster down again.
+#
+#   tools/k8s/test.sh [pytest args]
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+
+started=$SECONDS
+trap '"$HERE/down.sh"; log "k8s-test took $((SECONDS - started))s"' EXIT
+"$HERE/up.sh"
+"$ROOT/.venv/bin/python" -m pytest "$ROOT/tests/k8s" -p no:cacheprovider -q -s "$@"
