@@ -23,7 +23,7 @@ from pathlib import Path
 
 from baton.v1 import common_pb2, requests_pb2
 
-from baton_platform.config import BatonConfig
+from baton_platform.config import CONDUCTOR, BatonConfig
 from baton_router.conductor.gpu_check import build_adapter, model_shape
 from baton_router.conductor.vllm_backend import VllmConductor
 from baton_workflow import plan_problems
@@ -59,7 +59,8 @@ def described(proposal) -> dict:
             "tokens": len(proposal.token_logprobs), "logprob_sum": sum(proposal.token_logprobs),
             "max_logprob": max(proposal.token_logprobs, default=None),
             "log_propensity": proposal.log_propensity, "propensity": proposal.propensity,
-            "valid": not plan_problems(proposal.plan, WORKERS, 3)}
+            # The conductor itself is in the pool (recursion, conductor.max_depth 1 by default).
+            "valid": not plan_problems(proposal.plan, [*WORKERS, CONDUCTOR], 3)}
 
 
 async def plans(conductor: VllmConductor, policy: str = "baton") -> list[dict]:

@@ -160,7 +160,11 @@ class VllmConductor:
         return adapter
 
     async def _add(self, adapter: Adapter) -> None:
-        if not await self._engine.add_lora(self._lora_request(adapter)):
+        try:
+            loaded = await self._engine.add_lora(self._lora_request(adapter))
+        except Exception as e:  # noqa: BLE001 - the engine's reason, said of the version it refused
+            raise AdapterRejected(f"vLLM refused the LoRA adapter {adapter.name} from {adapter.path}: {e}") from e
+        if not loaded:
             raise AdapterRejected(f"vLLM did not load the LoRA adapter {adapter.name} from {adapter.path}")
 
     async def serve_policy(self, uri: str, version: str) -> None:
