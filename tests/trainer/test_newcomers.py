@@ -143,15 +143,21 @@ def test_the_policy_conductor_serves_a_new_worker_and_learns_from_rewards(write_
     assert conductor._current.newcomers.newcomers[0].head.updates == 1
 
 
+def serving(write_config, tmp_path, policy: Policy, *, without: str, epsilon: float, seed: int) -> PolicyConductor:
+    """A policy conductor on the default pool less the worker `without`, serving `policy` as v1."""
+    data = json.loads(json.dumps(load_config(write_config()).model_dump(mode="json", exclude_none=True)))
+    cfg = load_config(write_config({"workers": [w for w in data["workers"] if w["name"] != without],
+                                    "conductor": {"backend": "policy", "policy": {"epsilon": epsilon}}}))
+    conductor = PolicyConductor(cfg, rng=random.Random(seed))
+    conductor.load(str(policy.save(tmp_path / "p")), "v1")
+    return conductor
+
+
 def test_removing_a_worker_from_the_configuration_takes_its_traffic_away(write_config, tmp_path):
     models = ["gemini-1.5-pro-002", "gemini-1.5-flash-002", "Meta-Llama-3_1-70B-Instruct"]
     episodes = [Episode(f"question {i}", models[i % 3], 1.0 if i % 3 == 0 else 0.0, 1 / 3) for i in range(300)]
-    policy = Policy.fit_logged(episodes, [single(m) for m in models])
-    data = json.loads(json.dumps(load_config(write_config()).model_dump(mode="json", exclude_none=True)))
-    cfg = load_config(write_config({"workers": [w for w in data["workers"] if w["name"] != "gemini-pro"],
-                                    "conductor": {"backend": "policy", "policy": {"epsilon": 0.3}}}))
-    conductor = PolicyConductor(cfg, rng=random.Random(2))
-    conductor.load(str(policy.save(tmp_path / "p")), "v1")
+    conductor = serving(write_config, tmp_path, Policy.fit_logged(episodes, [single(m) for m in models]),
+                        without="gemini-pro", epsilon=0.3, seed=2)
     chosen = {asyncio.run(conductor.propose(request(f"question {i}"))).plan.workers[0] for i in range(200)}
     assert "gemini-pro" not in chosen and "gemini-flash" in chosen
 
@@ -190,12 +196,8 @@ def test_the_policy_sees_a_requests_tools_and_training_reads_what_serving_saw(wr
         action = models[i % 4 // 2]
         good = (action == models[0]) == bool(tools)
         episodes.append(Episode(policy_query(f"what is the weather like, case {i}", tools), action, float(good), 0.5))
-    policy = Policy.fit_logged(episodes, [single(m) for m in models])
-    data = json.loads(json.dumps(load_config(write_config()).model_dump(mode="json", exclude_none=True)))
-    cfg = load_config(write_config({"workers": [w for w in data["workers"] if w["name"] != "llama-70b"],
-                                    "conductor": {"backend": "policy", "policy": {"epsilon": 0.0}}}))
-    conductor = PolicyConductor(cfg, rng=random.Random(0))
-    conductor.load(str(policy.save(tmp_path / "p")), "v1")
+    conductor = serving(write_config, tmp_path, Policy.fit_logged(episodes, [single(m) for m in models]),
+                        without="llama-70b", epsilon=0.0, seed=0)
     with_tools = request("what is the weather like, case 9999")
     with_tools.answer.tools.add(name="get_weather")
     assert asyncio.run(conductor.propose(with_tools)).action == models[0]
