@@ -12,13 +12,11 @@ import httpx
 import openai
 import pyarrow.dataset as ds
 import pytest
-import yaml
 
-from baton_devtools.stack import Stack, free_port
 from baton_policy.fastpolicy import Policy
 from baton_policy.matrix import load_matrix, without
 from baton_policy.workflows import candidate_workflows
-from testbed import MMLU_PRO, default_config_data
+from testbed import MMLU_PRO, default_config_data, running_stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kafka]
 
@@ -41,15 +39,11 @@ def test_a_new_worker_serves_at_once_and_learns_from_graded_rewards(kafka_bootst
                                                          "new_worker_share": 0.2}}
     data["kafka"] = {"partitions": 2}
     data["reward_logger"] = {**data["reward_logger"], "flush_interval_s": 0.5}
-    cfg = tmp_path / "baton.yaml"
-    cfg.write_text(yaml.safe_dump(data))
 
     csv.field_size_limit(sys.maxsize)
     with MMLU_PRO.open(newline="") as f:
         rows = [r for i, r in enumerate(csv.DictReader(f)) if 400 <= i < 500]
-    stack = Stack(tmp_path / "run", config_file=cfg, gateway_port=free_port(), bootstrap_servers=kafka_bootstrap)
-    stack.start(echo=lambda *_: None)
-    try:
+    with running_stack(data, tmp_path, kafka_bootstrap) as stack:
         client = openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0, timeout=60)
 
         def ask(row):
@@ -78,8 +72,6 @@ def test_a_new_worker_serves_at_once_and_learns_from_graded_rewards(kafka_bootst
         while (len(episodes()) < len(ids) or learned() == 0) and time.monotonic() < deadline:
             time.sleep(0.5)
         logged, taught = episodes(), learned()
-    finally:
-        stack.stop()
     assert len(logged) == 100
     new = [r for r in logged if r["plan_action"] == NEW_MODEL]
     assert new, "the new worker got traffic among the first 100 requests"

@@ -20,11 +20,9 @@ from baton_policy.matrix import OutcomeMatrix, without
 from baton_policy.newcomers import Newcomers
 from baton_policy.workflows import Workflow, candidate_workflows, evaluate_workflows
 
+from baton_trainer.replay import _r
+
 WINDOWS = 10
-
-
-def _r(x: float, nd: int = 4) -> float:
-    return float(round(float(x), nd))
 
 
 def _figures(scores: np.ndarray, costs: np.ndarray, calls: np.ndarray) -> dict:

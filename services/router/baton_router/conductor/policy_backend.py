@@ -54,8 +54,8 @@ class PolicyConductor:
         self._model_of = {name: model for model, name in self._by_model.items()}
         self._epsilon = config.conductor.policy.epsilon
         self._share = config.conductor.policy.new_worker_share
-        self._price = {model: w.price.per_mtok
-                       for model, w in ((m, next(w for w in config.workers if w.name == n)) for m, n in self._by_model.items())}
+        price = {w.name: w.price.per_mtok for w in config.workers}
+        self._price = {model: price[name] for model, name in self._by_model.items()}
         self._recent: deque[rewards_pb2.Reward] = deque(maxlen=RECENT_REWARDS)
         self._rng = rng or random.Random()
         self._np_rng = np.random.default_rng(self._rng.getrandbits(64))
