@@ -18,7 +18,7 @@ $(UV):
 	$(PYTHON) -m venv .tools/uv
 	.tools/uv/bin/pip install --quiet "uv==$(UV_VERSION)"
 
-.venv/.installed: $(UV) uv.lock pyproject.toml $(wildcard libs/*/pyproject.toml services/*/pyproject.toml)
+.venv/.installed: $(UV) uv.lock pyproject.toml $(wildcard libs/*/pyproject.toml services/*/pyproject.toml) tools/baton/pyproject.toml
 	$(UV) sync --locked --all-packages --python $(PYTHON)
 	touch $@
 
@@ -28,7 +28,7 @@ proto: install ## Regenerate libs/contracts from proto/baton/v1
 	$(PY) -m grpc_tools.protoc -I proto --python_out=libs/contracts --pyi_out=libs/contracts proto/baton/v1/*.proto
 
 kafka: install ## Download Apache Kafka's jars from Maven Central (cached)
-	$(PY) -m baton_devtools.kafka fetch
+	$(PY) -m baton_tools.kafka fetch
 
 helm: ## Build the pinned Helm CLI from its Go module into .tools/bin (cached)
 	tools/helm.sh

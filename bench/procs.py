@@ -6,16 +6,14 @@ from __future__ import annotations
 import os
 import selectors
 import shutil
-import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
-from baton_devtools.stack import free_port
-from baton_devtools.standins.server import READY_MARKER
+from baton_tools import procs
+from baton_tools.procs import Child, free_port
+from baton_tools.standins.server import READY_MARKER
 
 from loadgen import favour
 
@@ -24,60 +22,8 @@ LITELLM_VERSION = "1.108.7"
 LITELLM_VENV = REPO / ".tools" / "litellm"
 
 
-class Child:
-    """A process this benchmark started, in its own process group so stopping it stops its children."""
-
-    def __init__(self, name: str, cmd: list[str], *, log: Path, env: dict | None = None, cwd: Path | None = None,
-                 stdout_pipe: bool = False) -> None:
-        self.name = name
-        self.log = log
-        with open(log, "ab") as out:
-            self.proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.PIPE if stdout_pipe else out, stderr=out,
-                                         start_new_session=True, text=stdout_pipe or None)
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def stop(self, timeout: float = 15) -> None:
-        if self.alive():
-            _killpg(self.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                _killpg(self.pid, signal.SIGKILL)
-                self.proc.wait(5)
-        if self.proc.stdout:
-            self.proc.stdout.close()
-
-
-def _killpg(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def http_ok(url: str, timeout: float = 2.0) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.status == 200
-    except (urllib.error.URLError, OSError):
-        return False
-
-
 def wait_http_ok(url: str, child: Child, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not http_ok(url):
-        if not child.alive():
-            raise RuntimeError(f"{child.name} exited during start; see {child.log}")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{child.name} not answering {url} after {timeout:g} s; see {child.log}")
-        time.sleep(0.5)
+    procs.wait_http_ok(url, child.pid, child.name, child.log, timeout)
 
 
 # --- the provider stand-in ------------------------------------------------------------------------
@@ -88,7 +34,7 @@ def start_standin(log_dir: Path, name: str = "standin", **options) -> tuple[Chil
 
     Started here rather than with `run_standin` because the CPU meter needs its pid.
     """
-    cmd = [sys.executable, "-m", "baton_devtools.standins", "openai", "--port", "0"]
+    cmd = [sys.executable, "-m", "baton_tools.standins", "openai", "--port", "0"]
     for key, value in options.items():
         cmd += [f"--{key.replace('_', '-')}", str(value)]
     child = Child(name, cmd, log=log_dir / f"{name}.log", stdout_pipe=True)

@@ -28,9 +28,10 @@ from pathlib import Path
 import httpx
 import yaml
 
-from baton_devtools.kafka import LocalKafka
-from baton_devtools.stack import Stack, free_port
-from baton_devtools.standins.server import configure_standin
+from baton_tools.kafka import LocalKafka
+from baton_tools.stack import Stack
+from baton_tools.procs import free_port
+from baton_tools.standins.server import configure_standin
 
 import limits as limits_bench
 import report

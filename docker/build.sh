@@ -63,10 +63,10 @@ build() {  # build <name> <dockerfile> [build args...]; CONTEXT (default .) is t
     fi
 }
 
-kafka_context() {  # a build context with the broker's jars (cached by baton_devtools.kafka)
+kafka_context() {  # a build context with the broker's jars (cached by baton_tools.kafka)
     local context="$ROOT/.baton/images/kafka-context"
     local libs
-    libs="$("$ROOT/.venv/bin/python" -m baton_devtools.kafka fetch 2>/dev/null | tail -1)"
+    libs="$("$ROOT/.venv/bin/python" -m baton_tools.kafka fetch 2>/dev/null | tail -1)"
     rm -rf "$context"
     mkdir -p "$context"
     cp -r "$libs" "$context/libs"
@@ -103,7 +103,7 @@ for target in "${targets[@]}"; do
         kafka)
             CONTEXT="$(kafka_context)" build baton-kafka docker/kafka.Dockerfile ;;
         standin)
-            build baton-standin docker/services.Dockerfile --build-arg PACKAGES=baton-devtools ;;
+            build baton-standin docker/services.Dockerfile --build-arg PACKAGES=baton-tools ;;
         *)
             echo "docker/build.sh: unknown image '$target' (services, router-cpu, router-gpu, trainer, kafka, standin)" >&2
             exit 2 ;;

@@ -3,7 +3,7 @@
 # Central's jars, for clusters that have no Kafka of their own (the local cluster of `make k8s-up`).
 #
 # The build context is a folder holding `libs/` (the broker's jars, as `python -m
-# baton_devtools.kafka fetch` copies them) and this folder's files; docker/build.sh prepares it:
+# baton_tools.kafka fetch` copies them) and this folder's files; docker/build.sh prepares it:
 #   docker/build.sh kafka
 #
 # Configuration comes from the environment: KAFKA_ADVERTISED_HOST (the name clients reach this

@@ -13,7 +13,7 @@ from testbed import default_config_data
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> str:
-    from baton_devtools.kafka import kafka_for_tests
+    from baton_tools.kafka import kafka_for_tests
 
     with kafka_for_tests() as bootstrap:
         yield bootstrap

@@ -63,7 +63,8 @@ def sandbox_available() -> bool:
 def running_stack(data: dict, run_dir: Path, bootstrap_servers: str):
     """Every service of `data`'s configuration as its own process on the given broker, the gateway on a
     free port; stopped however the block ends."""
-    from baton_devtools.stack import Stack, free_port
+    from baton_tools.stack import Stack
+    from baton_tools.procs import free_port
 
     cfg = Path(run_dir) / "baton.yaml"
     cfg.write_text(yaml.safe_dump(data))

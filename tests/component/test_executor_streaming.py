@@ -10,7 +10,7 @@ import sys
 from baton.v1 import common_pb2, responses_pb2, tasks_pb2, workflow_pb2
 from faststream.kafka import KafkaMessage, TestKafkaBroker
 
-from baton_devtools.standins.server import run_standin
+from baton_tools.standins.server import run_standin
 from baton_executor.main import create_app
 from baton_platform import topics
 from baton_platform.config import load_config

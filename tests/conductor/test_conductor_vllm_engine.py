@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from baton_devtools.model_servers import ENGINE_ENV, ensure_vllm
+from baton_tools.model_servers import ENGINE_ENV, ensure_vllm
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(1800)]
 

@@ -14,8 +14,9 @@ import pyarrow.dataset as ds
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from baton_devtools.stack import Stack, free_port
-from baton_devtools.standins.server import run_standin
+from baton_tools.stack import Stack
+from baton_tools.procs import free_port
+from baton_tools.standins.server import run_standin
 from baton_platform import topics
 from baton_platform.apikeys import hash_key
 from testbed import MMLU_PRO, default_config_data, episode_of

@@ -41,8 +41,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from baton.v1 import workflow_pb2
 
-from baton_devtools.kafka import LocalKafka
-from baton_devtools.stack import Stack, free_port
+from baton_tools.kafka import LocalKafka
+from baton_tools.stack import Stack
+from baton_tools.procs import free_port
 from baton_platform import topics
 from testbed import MMLU_PRO, default_config_data
 
@@ -148,7 +149,7 @@ def chaos_config(tmp_path, bootstrap: str):
 def restart_with_the_cli(stack: Stack, name: str) -> None:
     """`baton up --only NAME` against the stack's run folder, then take the new process into `stack`."""
     env = {**os.environ, "BATON_RUN_DIR": str(stack.run_dir)}
-    done = subprocess.run([sys.executable, "-m", "baton_devtools.cli", "up", "--only", name], env=env,
+    done = subprocess.run([sys.executable, "-m", "baton_tools.cli", "up", "--only", name], env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, f"baton up --only {name} failed: {done.stderr}"
     stack.services = Stack.attach(stack.run_dir).services

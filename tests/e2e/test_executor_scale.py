@@ -10,11 +10,11 @@ from collections import Counter
 import pytest
 import yaml
 
-from baton_devtools.kafka import acreate_topics
-from baton_devtools.standins import run_standin, standin_requests, standin_stats
+from baton_tools.kafka import acreate_topics
+from baton_tools.standins import run_standin, standin_requests, standin_stats
 from baton_platform import topics
-from baton_devtools.traffic import make_task, offer
-from baton_devtools.executors import ExecutorProcs, StepResults, sustained_rate
+from baton_tools.traffic import make_task, offer
+from baton_tools.executors import ExecutorProcs, StepResults, sustained_rate
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kafka, pytest.mark.slow]
 

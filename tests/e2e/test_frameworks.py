@@ -17,7 +17,7 @@ import openai
 import pytest
 from pydantic import BaseModel
 
-from baton_devtools.standins.server import reset_standin, run_standin, standin_requests
+from baton_tools.standins.server import reset_standin, run_standin, standin_requests
 from testbed import default_config_data, running_stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kafka]

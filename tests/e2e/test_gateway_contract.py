@@ -20,8 +20,9 @@ from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-from baton_devtools.stack import Stack, free_port
-from baton_devtools.standins.server import run_standin
+from baton_tools.stack import Stack
+from baton_tools.procs import free_port
+from baton_tools.standins.server import run_standin
 from baton_platform.apikeys import hash_key, mint_key
 from e2e.otlp import OtlpReceiver
 from testbed import default_config_data
@@ -238,6 +239,6 @@ def test_after_the_fuzz_the_stack_answers_and_no_key_shows_anywhere(stack):
 
 
 def _alive(pid: int) -> bool:
-    from baton_devtools.stack import _alive as alive
+    from baton_tools.stack import _alive as alive
 
     return alive(pid)

@@ -7,7 +7,6 @@ launcher runs it too, so the test also works alone, after a long first install).
 from __future__ import annotations
 
 import csv
-import os
 import sys
 import time
 
@@ -16,8 +15,9 @@ import pyarrow.dataset as ds
 import pytest
 import yaml
 
-from baton_devtools.model_servers import port_in_use
-from baton_devtools.stack import Stack, free_port
+from baton_tools.model_servers import port_in_use
+from baton_tools.stack import Stack
+from baton_tools.procs import free_port, group_alive
 from testbed import MMLU_PRO, default_config_data
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(1500)]
@@ -37,20 +37,6 @@ def episodes(root, count, timeout=60):
         time.sleep(0.5)
     return rows
 
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if os.getpgid(int(entry)) == pgid and open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
-                    return True
-            except (OSError, IndexError):
-                pass
-    return False
 
 
 def test_a_question_the_matrix_lacks_is_answered_by_the_real_model(kafka_bootstrap, tmp_path):

@@ -12,7 +12,7 @@ import openai
 import pyarrow.dataset as ds
 import pytest
 
-from baton_devtools.standins.server import run_standin
+from baton_tools.standins.server import run_standin
 from e2e.test_backbone import first_question, wait_for
 from testbed import default_config_data, episode_of, running_stack
 
@@ -64,7 +64,7 @@ def test_a_conductor_step_runs_a_corrective_workflow_that_sees_the_workflow_so_f
 
 
 def test_the_demo_shows_each_plan_and_the_conductors_correction(stack):
-    from baton_devtools.demo import run_demo
+    from baton_tools.demo import run_demo
 
     lines = []
     summary = run_demo(stack.base_url, stack.config, count=2, out=lines.append)

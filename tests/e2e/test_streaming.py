@@ -13,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from baton_devtools.standins.server import configure_standin, reset_standin, run_standin
+from baton_tools.standins.server import configure_standin, reset_standin, run_standin
 from e2e.test_backbone import first_question, wait_for
 from testbed import default_config_data, episode_of, running_stack
 

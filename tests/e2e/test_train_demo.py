@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from baton_devtools.train_demo import run_train_demo
+from baton_tools.train_demo import run_train_demo
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kafka]
 

@@ -20,7 +20,8 @@ import pyarrow.dataset as ds
 import pytest
 import yaml
 
-from baton_devtools.stack import Stack, free_port
+from baton_tools.stack import Stack
+from baton_tools.procs import free_port
 from testbed import MMLU_PRO, default_config_data
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kafka, pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(2400)]

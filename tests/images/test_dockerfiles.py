@@ -22,7 +22,7 @@ TRAINER_IMAGE = DOCKER / "trainer.Dockerfile"
 KAFKA_IMAGE = DOCKER / "kafka.Dockerfile"
 # The images of Baton's own Python packages (the Kafka image carries only Apache Kafka's jars).
 PYTHON_DOCKERFILES = [d for d in DOCKERFILES if d != KAFKA_IMAGE]
-DEV_ONLY = {"baton-devtools"}
+DEV_ONLY = {"baton-tools"}
 
 
 def hadolint() -> str:

@@ -8,7 +8,7 @@ import time
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from opentelemetry.sdk.trace import TracerProvider
 
-from baton_devtools.kafka import acreate_topics
+from baton_tools.kafka import acreate_topics
 from baton_platform import topics
 from baton_platform.kafka import partition_ids
 from baton_platform.config import load_config

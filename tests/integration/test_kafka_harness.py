@@ -20,8 +20,8 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError
 
-import baton_devtools.kafka as harness
-from baton_devtools.kafka import LocalKafka, acreate_topics, create_topics, ensure_kafka_libs, stop_pidfile
+import baton_tools.kafka as harness
+from baton_tools.kafka import LocalKafka, acreate_topics, create_topics, ensure_kafka_libs, stop_pidfile
 
 pytestmark = pytest.mark.kafka
 
@@ -196,7 +196,7 @@ _FAKE_MAVEN = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    import baton_devtools.kafka as harness
+    import baton_tools.kafka as harness
 
     calls, fail_first = Path(sys.argv[1]), sys.argv[2] == "fail-first"
 
@@ -282,7 +282,7 @@ def test_kafka_for_tests_falls_back_to_a_local_broker(monkeypatch: pytest.Monkey
 
 def test_cli_detached_broker_outlives_its_starter_and_keeps_its_topics(tmp_path: Path) -> None:
     data_dir = tmp_path / "kafka"
-    cli = [sys.executable, "-m", "baton_devtools.kafka"]
+    cli = [sys.executable, "-m", "baton_tools.kafka"]
 
     def run_detached() -> str:
         done = subprocess.run(

@@ -6,7 +6,7 @@ import traceback
 import httpx
 import pytest
 
-from baton_devtools.standins import reset_standin, run_standin
+from baton_tools.standins import reset_standin, run_standin
 from baton_executor.providers import ProviderError, build_provider
 
 # Shaped like a real key so that any masking or echoing by a provider would show up.

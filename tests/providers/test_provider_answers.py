@@ -8,7 +8,7 @@ import json
 import jsonschema
 import pytest
 
-from baton_devtools.standins.server import standin_requests
+from baton_tools.standins.server import standin_requests
 from baton_executor.answers import check_reply, finish_reason
 from baton_executor.providers import ProviderError
 from baton_executor.providers.base import AnswerSpec, ProviderCall, ToolSpec

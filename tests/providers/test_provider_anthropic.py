@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 import httpx
 import pytest
 
-from baton_devtools.standins import configure_standin, standin_requests
+from baton_tools.standins import configure_standin, standin_requests
 from baton_executor.providers import ProviderCall, ProviderError, build_provider
 
 

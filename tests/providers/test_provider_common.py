@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from baton_devtools.standins import configure_standin, standin_stats
+from baton_tools.standins import configure_standin, standin_stats
 from baton_executor.providers import ProviderCall, ProviderError, ProviderReply
 
 KINDS = ("openai", "anthropic", "gemini")

@@ -3,7 +3,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from baton_devtools.standins import run_standin, standin_requests
+from baton_tools.standins import run_standin, standin_requests
 from baton_executor.providers import ProviderCall, ProviderError, build_provider
 
 

@@ -8,14 +8,14 @@ import time
 import httpx
 import pytest
 
-from baton_devtools.standins import (
+from baton_tools.standins import (
     configure_standin,
     reset_standin,
     run_standin,
     standin_stats,
 )
-from baton_devtools.standins.core import limit_words, split_for_stream
-from baton_devtools.standins.__main__ import main as cli_main
+from baton_tools.standins.core import limit_words, split_for_stream
+from baton_tools.standins.__main__ import main as cli_main
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hello there"}]}
 
@@ -133,7 +133,7 @@ def test_tool_turns_are_checked_as_the_real_apis_check_them():
 
 
 def test_a_stand_in_model_picks_the_tool_the_question_names_and_fills_arguments_from_it():
-    from baton_devtools.standins.behaviour import Wants, instance, tool_calls
+    from baton_tools.standins.behaviour import Wants, instance, tool_calls
 
     wants = Wants(tools=[("get_time", {}), ("get_weather", {"type": "object", "properties": {
         "city": {"type": "string"}, "days": {"type": "integer"}, "units": {"enum": ["C", "F"]}}})])

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import random
 
-import numpy as np
 import pytest
 from baton.v1 import common_pb2, requests_pb2
 

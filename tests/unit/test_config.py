@@ -147,3 +147,14 @@ def test_relative_model_paths_are_relative_to_the_file(write_config):
     assert str(conductor.transformers.cache_dir) == "/abs/cache"
     assert conductor.vllm.adapters["v1"] == path.parent.resolve() / "adapters/v1"
     assert conductor.vllm.model == "Qwen/Qwen2.5-7B-Instruct", "a hub id is not a path"
+
+
+def test_check_config_accepts_the_shipped_file_and_names_what_is_wrong(tmp_path, capsys):
+    from baton_platform.config import check_main
+
+    assert check_main(["--config", str(DEFAULT_CONFIG)]) == 0
+    assert capsys.readouterr().out.startswith("ok: ")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(DEFAULT_CONFIG.read_text() + "\nno_such_section: {}\n")
+    assert check_main(["--config", str(bad)]) == 1
+    assert "no_such_section" in capsys.readouterr().err

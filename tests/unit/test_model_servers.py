@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from baton_devtools import model_servers
-from baton_devtools.stack import _group_alive, plan_model_servers, stop_services
+from baton_tools import model_servers
+from baton_tools.procs import group_alive, stop_groups
+from baton_tools.stack import plan_model_servers
 from baton_platform.config import load_config
 from testbed import default_config_data
 
@@ -70,9 +71,9 @@ def test_stopping_a_service_stops_the_children_that_outlive_it():
     child = int(leader.stdout.readline())
     leader.wait()
     try:
-        assert _group_alive(leader.pid)
-        stop_services([leader.pid], timeout=5)
-        assert not _group_alive(leader.pid)
+        assert group_alive(leader.pid)
+        stop_groups([leader.pid], timeout=5)
+        assert not group_alive(leader.pid)
     finally:
         try:
             os.kill(child, 9)
@@ -88,11 +89,11 @@ def test_stopping_a_service_stops_the_children_that_outlive_it():
             break
         time.sleep(0.1)
     else:
-        pytest.fail("the child outlived stop_services")
+        pytest.fail("the child outlived stop_groups")
 
 
 def test_the_demo_asks_free_questions_only_where_a_fallback_can_answer_them(write_config):
-    from baton_devtools.demo import demo_questions
+    from baton_tools.demo import demo_questions
 
     with_local, _ = local_worker(write_config)
     asked = demo_questions(with_local, 8)

@@ -6,8 +6,8 @@ import json
 import subprocess
 import sys
 
-from baton_devtools import cli
-from baton_devtools.stack import _alive, _http_ok, free_port, stop_services
+from baton_tools import cli
+from baton_tools.procs import alive, free_port, http_ok, stop_groups
 
 
 def test_up_only_restarts_one_service_and_records_its_new_process(tmp_path, write_config, monkeypatch, capsys):
@@ -34,11 +34,11 @@ def test_up_only_restarts_one_service_and_records_its_new_process(tmp_path, writ
         new_pid = json.loads((run_dir / "stack.json").read_text())["services"][0]["pid"]
         assert new_pid != old.pid
         old.wait(5)
-        assert _alive(new_pid) and _http_ok(f"http://127.0.0.1:{port}/health/ready")
+        assert alive(new_pid) and http_ok(f"http://127.0.0.1:{port}/health/ready")
     finally:
         for pid in (old.pid, new_pid):
-            if pid and _alive(pid):
-                stop_services([pid], timeout=5)
+            if pid and alive(pid):
+                stop_groups([pid], timeout=5)
 
 
 def test_up_only_without_a_running_stack_says_so(tmp_path, monkeypatch, capsys):

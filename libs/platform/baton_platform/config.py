@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Annotated, Literal, Union
 
@@ -600,3 +601,21 @@ def _resolve_paths(config: BatonConfig, base: Path) -> BatonConfig:
     for eval_set in config.reward_logger.eval_sets.values():
         eval_set.path = resolved(eval_set.path)
     return config
+
+
+def check_main(argv: list[str] | None = None) -> int:
+    """`baton-check-config [--config FILE]`: validate a configuration file the way every service
+    loads it, in the image that will read it (no development tools needed)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="baton-check-config", description=check_main.__doc__)
+    parser.add_argument("--config", default=None, help="defaults to BATON_CONFIG")
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config)
+    except ConfigError as e:
+        print(e, file=sys.stderr)
+        return 1
+    print(f"ok: {len(config.workers)} workers, providers {', '.join(config.providers)}, "
+          f"conductor {config.conductor.backend}")
+    return 0

@@ -5,10 +5,10 @@ Docker engine is needed.  `kafka_for_tests()` picks the cheapest broker availabl
 named by KAFKA_BOOTSTRAP_SERVERS, a testcontainers one when Docker answers, else `LocalKafka`.
 
 CLI:
-    python -m baton_devtools.kafka fetch                 # pre-download the jars, print their folder
-    python -m baton_devtools.kafka run [--port 9092]     # foreground broker until Ctrl-C
-    python -m baton_devtools.kafka run --detach --data-dir .baton/kafka --port 9092
-    python -m baton_devtools.kafka stop --data-dir .baton/kafka
+    python -m baton_tools.kafka fetch                 # pre-download the jars, print their folder
+    python -m baton_tools.kafka run [--port 9092]     # foreground broker until Ctrl-C
+    python -m baton_tools.kafka run --detach --data-dir .baton/kafka --port 9092
+    python -m baton_tools.kafka stop --data-dir .baton/kafka
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
+
+from baton_tools import procs
 
 __all__ = [
     "KAFKA_VERSION",
@@ -211,7 +213,7 @@ def _run_maven(cmd: list[str], cwd: Path) -> None:
 
 
 def _asset(name: str) -> str:
-    return importlib.resources.files("baton_devtools").joinpath("kafka_assets", name).read_text()
+    return importlib.resources.files("baton_tools").joinpath("kafka_assets", name).read_text()
 
 
 @functools.cache
@@ -248,37 +250,6 @@ def _tail(text: str, lines: int = 60) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def _read_tail(path: Path, offset: int = 0, lines: int = 60) -> str:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(offset)
-            return _tail(fh.read().decode("utf-8", "replace"), lines)
-    except OSError:
-        return ""
-
-
-def _free_ports(count: int) -> list[int]:
-    # All sockets stay open until every port is picked, so the ports differ from one another.
-    socks = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def _port_open(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
 def _new_cluster_id() -> str:
     # Like Kafka's own Uuid.randomUuid(): an id starting with "-" would be parsed as an option.
     while True:
@@ -301,58 +272,10 @@ def _run_sync(factory: Callable[[], Awaitable[_T]]) -> _T:
         return pool.submit(asyncio.run, runner()).result()
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    # A zombie has exited already; it only waits for its parent to reap it.
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
-
-
 def _is_kafka_process(pid: int) -> bool:
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except FileNotFoundError:
-        return not Path("/proc/self").exists()  # no procfs to ask: trust the pid file
-    except OSError:
-        return False
-    return b"kafka.Kafka" in cmdline
-
-
-def _signal(pid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, sig)
-
-
-def _wait_gone(pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while True:
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)
-        if not _pid_alive(pid):
-            break
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.05)
-    # A detached broker's parent is init (or a subreaper), which reaps it a moment later; waiting
-    # for that means callers see the pid truly gone.  A reaper that never comes is not our failure.
-    reap_deadline = time.monotonic() + 2.0
-    while time.monotonic() < reap_deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            break
-        except PermissionError:
-            break
-        time.sleep(0.02)
-    return True
+    if not Path("/proc/self").exists():
+        return True  # no procfs to ask: trust the pid file
+    return b"kafka.Kafka" in (procs.cmdline(pid) or b"")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -397,7 +320,7 @@ class LocalKafka:
     def _pick_ports(port: int | None, controller_port: int | None) -> tuple[int, int]:
         if port is not None and port == controller_port:
             raise ValueError(f"port and controller_port must differ (both {port})")
-        free = [p for p in _free_ports(3) if p not in (port, controller_port)]
+        free = [p for p in procs.free_ports(3) if p not in (port, controller_port)]
         return (
             port if port is not None else free.pop(0),
             controller_port if controller_port is not None else free.pop(0),
@@ -417,7 +340,7 @@ class LocalKafka:
 
     @property
     def running(self) -> bool:
-        return self.pid is not None and _pid_alive(self.pid)
+        return self.pid is not None and procs.alive(self.pid)
 
     def __repr__(self) -> str:
         return f"LocalKafka({self.bootstrap_servers}, pid={self.pid}, data_dir={str(self.data_dir)!r})"
@@ -453,7 +376,7 @@ class LocalKafka:
                 if attempt == attempts:
                     raise KafkaHarnessError(
                         f"ports {self.port}/{self.controller_port} stayed busy; log: {self.log_file}\n"
-                        + _read_tail(self.log_file, offset)
+                        + procs.tail(self.log_file, 60, offset)
                     ) from None
                 log.info("port race lost on %s/%s, retrying", self.port, self.controller_port)
                 self.port, self.controller_port = self._pick_ports(None, None)
@@ -480,12 +403,7 @@ class LocalKafka:
         atexit.unregister(self._stop_at_exit)
         pid = self.pid
         if pid is not None:
-            if _pid_alive(pid):
-                _signal(pid, signal.SIGTERM)
-                if not self._wait(pid, timeout):
-                    log.warning("Kafka pid %s ignored SIGTERM for %.0fs; killing it", pid, timeout)
-                    _signal(pid, signal.SIGKILL)
-                    self._wait(pid, 10)
+            procs.stop_groups([pid], timeout)
             with contextlib.suppress(OSError, ValueError):
                 if int(self.pidfile.read_text().strip()) == pid:
                     self.pidfile.unlink()
@@ -506,20 +424,11 @@ class LocalKafka:
         with contextlib.suppress(Exception):
             self.stop(timeout=10)
 
-    def _wait(self, pid: int, timeout: float) -> bool:
-        if self._proc is not None and self._proc.pid == pid:
-            try:
-                self._proc.wait(timeout)
-                return True
-            except subprocess.TimeoutExpired:
-                return False
-        return _wait_gone(pid, timeout)
-
     def _reap(self) -> None:
         pid = self.pid
-        if pid is not None and _pid_alive(pid):
-            _signal(pid, signal.SIGKILL)
-            self._wait(pid, 10)
+        if pid is not None and procs.alive(pid):
+            procs.signal_group(pid, signal.SIGKILL)
+            procs.stop_groups([pid], 10)
         self.pid = None
         self._proc = None
 
@@ -528,10 +437,10 @@ class LocalKafka:
             other = int(self.pidfile.read_text().strip())
         except (OSError, ValueError):
             return
-        if _pid_alive(other) and _is_kafka_process(other):
+        if procs.alive(other) and _is_kafka_process(other):
             raise KafkaHarnessError(
                 f"a Kafka broker (pid {other}) already uses {self.data_dir}; "
-                f"stop it first (python -m baton_devtools.kafka stop --data-dir {self.data_dir})"
+                f"stop it first (python -m baton_tools.kafka stop --data-dir {self.data_dir})"
             )
         self.pidfile.unlink(missing_ok=True)
 
@@ -564,7 +473,7 @@ class LocalKafka:
         props.update(self.server_properties)
         body = "".join(f"{key}={value}\n" for key, value in props.items())
         (self.data_dir / "server.properties").write_text(
-            "# Written by baton_devtools.kafka on every start; edits are overwritten.\n" + body
+            "# Written by baton_tools.kafka on every start; edits are overwritten.\n" + body
         )
         (self.data_dir / "log4j2.properties").write_text(_asset("log4j2.properties"))
 
@@ -629,18 +538,7 @@ class LocalKafka:
         # it covers a test run killed with SIGKILL, where atexit never runs.
         if not detach and setpriv and threading.current_thread() is threading.main_thread():
             cmd = [setpriv, "--pdeathsig", "TERM", "--", *cmd]
-        with open(self.log_file, "ab") as out:
-            # A new session keeps a terminal's Ctrl-C away from the broker: its owner stops it
-            # cleanly, and a detached broker must not die with the shell that started it.
-            self._proc = subprocess.Popen(
-                cmd,
-                cwd=self.data_dir,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                close_fds=True,
-            )
+        self._proc = procs.Child("kafka", cmd, log=self.log_file, cwd=self.data_dir).proc
         self.pid = self._proc.pid
 
     def _wait_ready(self, deadline: float, log_offset: int) -> None:
@@ -648,7 +546,7 @@ class LocalKafka:
         while True:
             code = self._proc.poll()
             if code is not None:
-                output = _read_tail(self.log_file, log_offset, lines=100_000)
+                output = procs.tail(self.log_file, 100_000, log_offset)
                 if self._auto_ports and "Address already in use" in output:
                     raise _PortTaken()
                 # The first Java exception message names the cause; the tail shows the shutdown.
@@ -664,9 +562,9 @@ class LocalKafka:
             if remaining <= 0:
                 raise KafkaHarnessError(
                     f"Kafka at {self.bootstrap_servers} was not ready in time; log: {self.log_file}\n"
-                    + _read_tail(self.log_file, log_offset)
+                    + procs.tail(self.log_file, 60, log_offset)
                 )
-            if _port_open(self.port):
+            if procs.port_open(self.port):
                 try:
                     probe = functools.partial(_broker_ready, self.bootstrap_servers, min(5.0, remaining))
                     if _run_sync(probe):
@@ -705,12 +603,10 @@ def stop_pidfile(pidfile: Path, timeout: float = 30) -> bool:
         return False
     stopped = False
     # A stale pid may have been reused by an unrelated process; only a Kafka JVM gets a signal.
-    if _pid_alive(pid) and _is_kafka_process(pid):
-        _signal(pid, signal.SIGTERM)
-        if not _wait_gone(pid, timeout):
-            _signal(pid, signal.SIGKILL)
-            if not _wait_gone(pid, 10):
-                raise KafkaHarnessError(f"Kafka pid {pid} survived SIGKILL")
+    if procs.alive(pid) and _is_kafka_process(pid):
+        procs.stop_groups([pid], timeout)
+        if procs.alive(pid):
+            raise KafkaHarnessError(f"Kafka pid {pid} survived SIGKILL")
         stopped = True
     pidfile.unlink(missing_ok=True)
     return stopped
@@ -840,7 +736,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(broker.bootstrap_servers, flush=True)
     print(f"pid {broker.pid}, log {broker.log_file}", file=sys.stderr)
     if args.detach:
-        print(f"stop with: python -m baton_devtools.kafka stop --data-dir {broker.data_dir}", file=sys.stderr)
+        print(f"stop with: python -m baton_tools.kafka stop --data-dir {broker.data_dir}", file=sys.stderr)
         return 0
 
     def on_term(signum: int, frame: object) -> None:
@@ -851,7 +747,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         assert broker._proc is not None
         code = broker._proc.wait()
         print(
-            f"Kafka exited on its own (code {code}):\n{_read_tail(broker.log_file, 0, 30)}", file=sys.stderr
+            f"Kafka exited on its own (code {code}):\n{procs.tail(broker.log_file, 30)}", file=sys.stderr
         )
         return 1
     except KeyboardInterrupt:
@@ -873,7 +769,7 @@ def _cmd_stop(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m baton_devtools.kafka", description=__doc__.split("\n")[0]
+        prog="python -m baton_tools.kafka", description=__doc__.split("\n")[0]
     )
     sub = parser.add_subparsers(dest="command", required=True)
 

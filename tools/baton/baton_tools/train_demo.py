@@ -24,7 +24,8 @@ import openai
 import yaml
 from tqdm import tqdm
 
-from baton_devtools.stack import REPO_ROOT, Stack, free_port
+from baton_tools.stack import REPO_ROOT, Stack
+from baton_tools.procs import free_port
 
 # One strong, dear model and three small cheap ones: the policy has to learn which to trust.
 WORKERS = [  # name, matrix column, price per Mtok (in, out)

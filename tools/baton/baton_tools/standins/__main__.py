@@ -1,4 +1,4 @@
-"""``python -m baton_devtools.standins {openai|anthropic|gemini} --port P [options]``"""
+"""``python -m baton_tools.standins {openai|anthropic|gemini} --port P [options]``"""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from .server import DIALECTS, serve_forever
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m baton_devtools.standins",
+        prog="python -m baton_tools.standins",
         description="Serve a local stand-in for an LLM provider API, speaking its real wire format.",
     )
     p.add_argument("kind", choices=sorted(DIALECTS))

@@ -10,20 +10,17 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from baton_platform import topics
 from baton_platform.config import BatonConfig, load_config
 
-from baton_devtools import kafka as kafka_harness
-from baton_devtools import model_servers
+from baton_tools import kafka as kafka_harness
+from baton_tools import model_servers, procs
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_CONFIG = REPO_ROOT / "config" / "baton.yaml"
@@ -32,12 +29,6 @@ DEFAULT_CONFIG = REPO_ROOT / "config" / "baton.yaml"
 def config_path() -> Path:
     """BATON_CONFIG when set, else the default configuration that ships with the project."""
     return Path(os.environ.get("BATON_CONFIG") or DEFAULT_CONFIG).resolve()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -66,7 +57,7 @@ class ServiceProc:
         return self.argv or [self.python or sys.executable, "-m", self.module, *self.args]
 
 
-def plan_services(config: BatonConfig, gateway_port: int, pick_port=free_port) -> list[ServiceProc]:
+def plan_services(config: BatonConfig, gateway_port: int, pick_port=procs.free_port) -> list[ServiceProc]:
     """One process per service; one executor per provider in use, times its `replicas`."""
     procs = [
         ServiceProc("gateway", "baton_gateway.main", gateway_port),
@@ -193,26 +184,23 @@ class Stack:
     def _spawn(self, svc: ServiceProc, detach: bool) -> None:
         log_path = self.run_dir / "logs" / f"{svc.name}.log"
         svc.log = str(log_path)
-        with open(log_path, "ab") as log:
-            proc = subprocess.Popen(svc.command, env=self._env(svc),
-                                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, cwd=self.run_dir)
-        svc.pid = proc.pid
+        child = procs.Child(svc.name, svc.command, log=log_path, env=self._env(svc), cwd=self.run_dir)
+        svc.pid = child.pid
         if not detach:
-            self._children.append(proc)
+            self._children.append(child.proc)
 
     def _wait_ready(self, timeout: float) -> None:
         started = time.monotonic()
         waiting = list(self.services)
         while waiting:
             for svc in list(waiting):
-                if not _alive(svc.pid):
-                    raise RuntimeError(f"{svc.name} exited during start; its log ({svc.log}) ends:\n{_tail(svc.log)}")
-                if _http_ok(svc.ready_url):
+                if not procs.alive(svc.pid):
+                    raise RuntimeError(f"{svc.name} exited during start; its log ({svc.log}) ends:\n{procs.tail(svc.log)}")
+                if procs.http_ok(svc.ready_url):
                     waiting.remove(svc)
                 elif time.monotonic() - started > max(timeout, svc.start_timeout_s or 0):
                     raise TimeoutError(f"not ready after {time.monotonic() - started:.0f} s: {svc.name}; "
-                                       f"its log ({svc.log}) ends:\n{_tail(svc.log, 10)}")
+                                       f"its log ({svc.log}) ends:\n{procs.tail(svc.log, 10)}")
             time.sleep(0.3)
 
     def _write_state(self) -> None:
@@ -230,7 +218,7 @@ class Stack:
     # -- stop ----------------------------------------------------------------------------------
 
     def stop(self, timeout: float = 20) -> None:
-        stop_services([s.pid for s in self.services if s.pid], timeout)
+        procs.stop_groups([s.pid for s in self.services if s.pid], timeout)
         for proc in self._children:
             proc.poll()
         if self.kafka is not None:
@@ -239,7 +227,7 @@ class Stack:
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> ServiceProc:
         svc = next(s for s in self.services if s.name == name)
-        os.killpg(svc.pid, sig)
+        procs.signal_group(svc.pid, sig)
         return svc
 
     def restart(self, name: str, timeout: float = 60, detach: bool = False) -> ServiceProc:
@@ -248,18 +236,12 @@ class Stack:
         svc = next((s for s in self.services if s.name == name), None)
         if svc is None:
             raise KeyError(f"no service {name!r} in this stack; its services: {', '.join(s.name for s in self.services)}")
-        if _alive(svc.pid):
-            stop_services([svc.pid])
+        if procs.alive(svc.pid):
+            procs.stop_groups([svc.pid])
         self._spawn(svc, detach=detach)
         if self.state_file.exists():
             self._write_state()
-        deadline = time.monotonic() + max(timeout, svc.start_timeout_s or 0)
-        while not _http_ok(svc.ready_url):
-            if not _alive(svc.pid):
-                raise RuntimeError(f"{name} exited during restart; its log ({svc.log}) ends:\n{_tail(svc.log)}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{name} not ready after restart")
-            time.sleep(0.3)
+        procs.wait_http_ok(svc.ready_url, svc.pid, name, svc.log, max(timeout, svc.start_timeout_s or 0))
         return svc
 
     @classmethod
@@ -277,118 +259,14 @@ class Stack:
         return stack
 
 
-def stop_services(pids: list[int], timeout: float = 20) -> None:
-    """SIGTERM each service's process group, then SIGKILL what is still there.
-
-    Each service leads its own group (started in a new session). A group outlives its leader while
-    any child is left (vLLM's engine and worker processes), so the group is what is waited on."""
-    for pid in pids:
-        _signal_group(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for pid in pids:
-            _reap(pid)
-        if not any(_group_alive(p) for p in pids):
-            break
-        time.sleep(0.1)
-    for pid in pids:
-        if _group_alive(pid):
-            _signal_group(pid, signal.SIGKILL)
-    for pid in pids:
-        _reap(pid)
-
-
 def down(run_dir: Path) -> bool:
     """Stop a detached stack recorded in run_dir; True when there was one."""
     state_file = Path(run_dir) / "stack.json"
     if not state_file.exists():
         return False
     state = json.loads(state_file.read_text())
-    stop_services([s["pid"] for s in state["services"] if s.get("pid")])
+    procs.stop_groups([s["pid"] for s in state["services"] if s.get("pid")])
     if state.get("kafka_pidfile"):
         kafka_harness.stop_pidfile(Path(state["kafka_pidfile"]))
     state_file.unlink(missing_ok=True)
     return True
-
-
-def _signal_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether any process of the group is left, zombies aside (a dead child nobody reaps yet)."""
-    if _alive(pgid):
-        return True
-    try:
-        os.killpg(pgid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return any(_state(p) not in ("Z", "") for p in _group_members(pgid))
-
-
-def _group_members(pgid: int) -> list[int]:
-    members = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if os.getpgid(int(entry.name)) == pgid:
-                    members.append(int(entry.name))
-            except (ProcessLookupError, PermissionError):
-                pass
-    return members
-
-
-def _state(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return ""
-
-
-def _reap(pid: int) -> None:
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
-
-
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done == pid:
-            return False
-    except ChildProcessError:
-        pass  # not our child (a detached stack): fall back to signal 0
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return not _zombie(pid)
-
-
-def _zombie(pid: int) -> bool:
-    """A process that has exited but that its parent (not us) has not reaped yet."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return False
-
-
-def _http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            return r.status == 200
-    except (urllib.error.URLError, OSError):
-        return False
-
-
-def _tail(path: str, lines: int = 40) -> str:
-    try:
-        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from baton_platform.config import ConfigError, load_config
 
-from baton_devtools.stack import REPO_ROOT, Stack, config_path, down
+from baton_tools.stack import REPO_ROOT, Stack, config_path, down
 
 RUN_DIR = Path(os.environ.get("BATON_RUN_DIR") or REPO_ROOT / ".baton" / "run")
 
@@ -48,7 +48,7 @@ def cmd_down(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from baton_devtools.demo import run_demo
+    from baton_tools.demo import run_demo
 
     run_dir = RUN_DIR.parent / "demo"
     stack = Stack(run_dir, config_file=config_path())
@@ -64,14 +64,14 @@ def cmd_demo(args) -> int:
 
 
 def cmd_check_config(args) -> int:
-    config = load_config(args.config)
-    print(f"ok: {len(config.workers)} workers, providers {', '.join(config.providers)}, "
-          f"conductor {config.conductor.backend}")
-    return 0
+    # The check lives with the configuration (`baton-check-config` in every image); this is its alias.
+    from baton_platform.config import check_main
+
+    return check_main(["--config", args.config] if args.config else [])
 
 
 def cmd_train_demo(args) -> int:
-    from baton_devtools.train_demo import run_train_demo
+    from baton_tools.train_demo import run_train_demo
 
     report = run_train_demo(RUN_DIR.parent / "train-demo", n_train=args.train, n_fresh=args.fresh)
     return 0 if report["published"] else 1

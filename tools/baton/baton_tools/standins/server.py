@@ -127,7 +127,7 @@ def run_standin(
     The URL is what the matching adapter takes as ``base_url`` (``.../v1`` for
     OpenAI). ``port=0`` picks a free port. ``mode="thread"`` serves from a
     background thread of this process; ``mode="subprocess"`` starts
-    ``python -m baton_devtools.standins`` so the server does not share this
+    ``python -m baton_tools.standins`` so the server does not share this
     interpreter's GIL. ``options`` are :class:`StandinConfig` fields.
     """
     config = StandinConfig().updated(options)
@@ -169,7 +169,7 @@ def _run_in_subprocess(kind: str, host: str, port: int, options: dict[str, Any],
     args, extra_env = _options_to_args(options)
     if extra_env:
         args += ["--require-key-env", KEY_ENV]
-    cmd = [sys.executable, "-m", "baton_devtools.standins", kind, "--host", host, "--port", str(port), *args]
+    cmd = [sys.executable, "-m", "baton_tools.standins", kind, "--host", host, "--port", str(port), *args]
     env = {**os.environ, **extra_env}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
     try:

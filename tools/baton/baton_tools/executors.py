@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -15,7 +13,7 @@ import httpx
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from baton.v1 import workflow_pb2
 
-from baton_devtools.stack import free_port
+from baton_tools import procs
 from baton_platform import topics
 from baton_platform.kafka import partition_ids
 
@@ -28,18 +26,16 @@ class ExecutorProcs:
     def __init__(self, config: Path, provider: str, bootstrap: str, log_dir: Path, env: dict[str, str] | None = None) -> None:
         self.config, self.provider, self.bootstrap, self.log_dir = config, provider, bootstrap, log_dir
         self.env = env or {}
-        self.procs: list[tuple[subprocess.Popen, int]] = []
+        self.procs: list[tuple[procs.Child, int]] = []
         self.killed: set[int] = set()
 
     def start(self, count: int) -> None:
         env = {**os.environ, "BATON_CONFIG": str(self.config), "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap, **self.env}
         for _ in range(count):
-            port = free_port()
-            with open(self.log_dir / f"executor-{self.provider}-{len(self.procs)}.log", "ab") as log:
-                proc = subprocess.Popen([sys.executable, "-m", "baton_executor.main", "--provider", self.provider,
-                                         "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, start_new_session=True)
-            self.procs.append((proc, port))
+            port, name = procs.free_port(), f"executor-{self.provider}-{len(self.procs)}"
+            child = procs.Child(name, [sys.executable, "-m", "baton_executor.main", "--provider", self.provider,
+                                       "--port", str(port)], log=self.log_dir / f"{name}.log", env=env)
+            self.procs.append((child, port))
 
     def shares(self) -> list[float]:
         """Each live replica's share of the limits (0 until it has partitions); killed ones are left out."""
@@ -47,8 +43,8 @@ class ExecutorProcs:
         for i, (proc, port) in enumerate(self.procs):
             if i in self.killed:
                 continue
-            if proc.poll() is not None:
-                raise RuntimeError(f"executor {i} exited (status {proc.returncode}); logs in {self.log_dir}")
+            if not proc.alive():
+                raise RuntimeError(f"executor {i} exited (status {proc.proc.returncode}); logs in {self.log_dir}")
             try:
                 text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2, trust_env=False).text
             except httpx.HTTPError:
@@ -73,19 +69,10 @@ class ExecutorProcs:
     def kill(self, index: int) -> None:
         """SIGKILL one replica: no drain, no commit, as a crash."""
         self.killed.add(index)
-        os.killpg(self.procs[index][0].pid, signal.SIGKILL)
-        self.procs[index][0].wait(10)
+        self.procs[index][0].kill()
 
     def stop(self) -> None:
-        for proc, _ in self.procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc, _ in self.procs:
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
+        procs.stop_groups([child.pid for child, _ in self.procs])
 
 
 class StepResults:
