@@ -252,33 +252,38 @@ def test_api_keys_come_from_secret_key_refs():
         assert ref == {"name": "baton-provider-keys", "key": key}
         others = set(expected) - {provider}
         assert not any(expected[o][0] in env for o in others), f"executor {provider} must not see other keys"
-    gateway_env = env_of(container([d for d in by_kind(render((THREE,)), "Deployment")
-                                    if container(d)["name"] == "gateway"][0]))
-    assert gateway_env["BATON_API_KEYS"]["valueFrom"]["secretKeyRef"]["name"] == "baton-gateway-api-keys"
+    assert gateway_env(render((THREE,)))["BATON_API_KEYS"]["valueFrom"]["secretKeyRef"]["name"] == "baton-gateway-api-keys"
 
 
 def test_the_gateway_requires_tenant_keys_by_default(tmp_path):
-    """The chart renders auth: keys with its tenants, and the gateway starts on that configuration with
-    the key entries its Secret holds (hashes only: the chart never sees a key)."""
+    """The chart fills the gateway's key variable from its Secret unless the configuration says `auth:
+    none`, and the gateway starts on the rendered tenants with the key entries that Secret holds
+    (hashes only: the chart never sees a key)."""
     from baton_gateway.auth import Gatekeeper
     from baton_platform.apikeys import hash_key, key_entry, mint_key
     from baton_platform.config import BatonConfig
 
     values = tmp_path / "tenants.yaml"
-    values.write_text(yaml.safe_dump({"gateway": {"tenants": [
-        {"name": "acme", "models": ["baton"], "requestsPerMinute": 60, "tokensPerMinute": 10000, "budgetUsd": 12.5},
+    values.write_text(yaml.safe_dump({"config": {"tenants": [
+        {"name": "acme", "models": ["baton"], "requests_per_minute": 60, "tokens_per_minute": 10000, "budget_usd": 12.5},
         {"name": "ops"}]}}))
-    config = baton_config(render((THREE, str(values))))
-    assert config["gateway"]["auth"] == "keys" and "allow_unauthenticated_network" not in config["gateway"]
-    assert config["tenants"] == [{"name": "acme", "models": ["baton"], "requests_per_minute": 60,
-                                  "tokens_per_minute": 10000, "budget_usd": 12.5}, {"name": "ops"}]
+    objects = render((THREE, str(values)))
+    config = baton_config(objects)
+    assert "auth" not in config["gateway"], "the code's default, keys, applies"
     key = mint_key()
     gate = Gatekeeper(BatonConfig(**config), env={"BATON_API_KEYS": key_entry("acme", hash_key(key), ["chat"])})
     assert gate.authenticate(f"Bearer {key}", "chat").tenant == "acme"
-    assert baton_config(render((THREE,)))["tenants"] == [{"name": "default", "models": ["*"]}]
+    assert gateway_env(objects)["BATON_API_KEYS"]["valueFrom"]["secretKeyRef"]["name"] == "baton-gateway-api-keys"
     # Turning auth off is explicit, and says the gateway listens beyond loopback on purpose.
-    open_config = baton_config(render((THREE,), ("gateway.auth.enabled=false",)))
-    assert open_config["gateway"]["auth"] == "none" and open_config["gateway"]["allow_unauthenticated_network"]
+    open_objects = render((THREE,), ("config.gateway.auth=none", "config.gateway.allow_unauthenticated_network=true",
+                                     "gateway.auth.existingSecret="))
+    assert "BATON_API_KEYS" not in gateway_env(open_objects)
+    assert BatonConfig(**baton_config(open_objects)).gateway.auth == "none"
+
+
+def gateway_env(objects) -> dict[str, dict]:
+    (gateway,) = [d for d in by_kind(objects, "Deployment") if container(d)["name"] == "gateway"]
+    return env_of(container(gateway))
 
 
 def test_otel_points_every_service_at_the_collector():
@@ -332,29 +337,53 @@ def test_every_service_accepts_the_rendered_configuration(ci_file, tmp_path, mon
                     asyncio.run(client.aclose())
 
 
-def test_recursion_settings_reach_the_configuration():
-    config = baton_config(render((THREE,)))
-    assert "max_depth" not in config["conductor"] and "inner_plan" not in config["conductor"], "defaults stay the app's"
-    config = baton_config(render((THREE,), ("router.conductor.maxDepth=0",)))
-    assert config["conductor"]["max_depth"] == 0
-    config = baton_config(render((THREE,), ("router.conductor.innerPlan.workers={gpt-5}",
-                                            "router.conductor.innerPlan.subtasks={Fix it.}",
-                                            "router.conductor.innerPlan.access[0]=all")))
-    assert config["conductor"]["inner_plan"] == {"workers": ["gpt-5"], "subtasks": ["Fix it."], "access": ["all"]}
+def merged(base, over):
+    """Helm's merge of a values file over the defaults: maps merge key by key, null deletes, the rest replaces."""
+    if not (isinstance(base, dict) and isinstance(over, dict)):
+        return over
+    out = dict(base)
+    for key, value in over.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merged(base.get(key), value)
+    return out
 
 
-def test_exploration_and_the_judge_reach_the_configuration(tmp_path):
-    config = baton_config(render((THREE,)))
-    assert config["router"]["explore_share"] == 0 and config["synthesizer"]["group_answer"] == "primary"
-    assert "judge" not in config
-    values = tmp_path / "judged.yaml"
-    values.write_text(yaml.safe_dump({"router": {"exploration": {"share": 0.1, "groupSize": 3}},
-                                      "synthesizer": {"config": {"groupAnswer": "judge"}},
-                                      "judge": {"worker": "claude-sonnet", "waitS": 30}}))
+def test_the_config_map_is_the_config_value_verbatim(tmp_path):
+    """Any field of the code's configuration reaches the services as written, with no copy of it in the chart."""
+    from baton_platform.config import BatonConfig
+
+    values = tmp_path / "tuned.yaml"
+    tuned = {"config": {
+        "conductor": {"max_depth": 0, "inner_plan": {"workers": ["gpt-5"], "subtasks": ["Fix it."], "access": ["all"]}},
+        "router": {"explore_share": 0.1, "explore_group_size": 3},
+        "synthesizer": {"group_answer": "judge", "max_cost_usd": 0.5},
+        "judge": {"worker": "claude-sonnet", "wait_s": 30},
+        "kafka": {"linger_ms": 5},
+        "reward_logger": {"cost_weight": 2.0}}}
+    values.write_text(yaml.safe_dump(tuned))
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())["config"]
+    three = yaml.safe_load(open(THREE))["config"]
     config = baton_config(render((THREE, str(values))))
-    assert (config["router"]["explore_share"], config["router"]["explore_group_size"]) == (0.1, 3)
-    assert config["synthesizer"]["group_answer"] == "judge"
-    assert config["judge"] == {"worker": "claude-sonnet", "wait_s": 30}
+    assert config == merged(merged(defaults, three), tuned["config"])
+    loaded = BatonConfig(**config)
+    assert (loaded.router.explore_share, loaded.judge.worker, loaded.conductor.max_depth) == (0.1, "claude-sonnet", 0)
+
+
+@pytest.mark.parametrize(("sets", "message"), [
+    (("config.conductor.backend=static",), "conductor.plan is required"),
+    (("config.synthesizer.group_answer=judge",), "needs a `judge:` section"),
+    (("config.judge.worker=nobody",), "is not a configured worker"),
+])
+def test_rules_of_the_configuration_itself_are_the_services_to_enforce(sets, message):
+    """The chart keeps no copy of the configuration's own rules; the services refuse to start on them,
+    with the model's message."""
+    from baton_platform.config import BatonConfig
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=re.escape(message)):
+        BatonConfig(**baton_config(render((THREE,), sets)))
 
 
 def reward_logger(objects) -> dict:
@@ -366,17 +395,16 @@ def reward_logger(objects) -> dict:
 def test_evaluation_sets_reach_the_configuration_on_a_volume_of_the_reward_logger(tmp_path, monkeypatch):
     assert "eval_sets" not in baton_config(render((THREE,)))["reward_logger"], "none unless configured"
     values = tmp_path / "evals.yaml"
-    values.write_text(yaml.safe_dump({"rewardLogger": {
-        "evalSets": {"configMap": "my-eval-sets",
-                     "sets": {"quiz": {"path": "quiz.csv"},
-                              "mmlu_pro": {"path": "/data/routing/mmlu_pro_dev.csv", "grader": "choice"}}},
-        "extraVolumes": [{"name": "routing", "persistentVolumeClaim": {"claimName": "routing-data"}}],
-        "extraVolumeMounts": [{"name": "routing", "mountPath": "/data/routing", "readOnly": True}]}}))
+    values.write_text(yaml.safe_dump({
+        "config": {"reward_logger": {"eval_sets": {
+            "quiz": {"path": "/etc/baton/eval-sets/quiz.csv"},
+            "mmlu_pro": {"path": "/data/routing/mmlu_pro_dev.csv", "grader": "choice"}}}},
+        "rewardLogger": {
+            "evalSets": {"configMap": "my-eval-sets"},
+            "extraVolumes": [{"name": "routing", "persistentVolumeClaim": {"claimName": "routing-data"}}],
+            "extraVolumeMounts": [{"name": "routing", "mountPath": "/data/routing", "readOnly": True}]}}))
     objects = render((THREE, str(values)))
     config = baton_config(objects)
-    assert config["reward_logger"]["eval_sets"] == {
-        "quiz": {"path": "/etc/baton/eval-sets/quiz.csv"},
-        "mmlu_pro": {"path": "/data/routing/mmlu_pro_dev.csv", "grader": "choice"}}
     pod = pod_spec(reward_logger(objects))
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["eval-sets"]["configMap"]["name"] == "my-eval-sets"
