@@ -92,6 +92,27 @@ def test_keda_with_sasl_authenticates_by_reference():
     # An executor may scale to zero: the 0 in its entry must survive the merge with the defaults.
     gemini = [s for s in by_kind(objects, "ScaledObject") if s["metadata"]["name"].endswith("gemini")]
     assert gemini[0]["spec"]["minReplicaCount"] == 0
+    # The pods find the password and the brokers' CA where the configuration says.
+    kafka = baton_config(objects)["kafka"]
+    for d in by_kind(objects, "Deployment"):
+        c = container(d)
+        password = env_of(c)[kafka["sasl_password_env"]]["valueFrom"]["secretKeyRef"]
+        assert password == {"name": "baton-kafka-user", "key": "password"}
+        (ca,) = [m for m in c["volumeMounts"] if m["mountPath"] == kafka["ssl_cafile"]]
+        volume = {v["name"]: v for v in pod_spec(d)["volumes"]}[ca["name"]]
+        assert volume["secret"]["secretName"] == "baton-kafka-ca"
+        assert {"key": "ca.crt", "path": ca["subPath"]} in volume["secret"]["items"]
+
+
+def test_executors_follow_the_providers_of_the_workers(tmp_path):
+    """One executor per provider the configuration's workers use; an `executors` entry only tunes one."""
+    values = tmp_path / "sim.yaml"
+    values.write_text(yaml.safe_dump({"config": {"workers": [
+        {"name": "replay", "provider": "sim", "model": "m", "sim": {"dataset": "/data/m.csv"}}]}}))
+    objects = render((str(values),))
+    assert set(executors(objects)) == {"sim"}, "the default `openai` entry serves no worker: no executor for it"
+    assert {s["metadata"]["name"] for s in by_kind(objects, "Service")} >= {f"{RELEASE}-baton-executor-sim"}
+    assert f"{RELEASE}-baton-executor-sim" in {p["metadata"]["name"] for p in by_kind(objects, "PodDisruptionBudget")}
 
 
 def test_an_executor_can_turn_its_autoscaler_off():
@@ -171,6 +192,28 @@ def test_gpu_router_by_default_and_no_gpu_anywhere_on_cpu_only():
     cpu = render((CPU_ONLY,))
     assert "nvidia.com/gpu" not in yaml.safe_dump_all(list(cpu))
     assert baton_config(cpu)["conductor"]["backend"] in ("transformers", "policy", "static", "openai")
+
+
+def test_a_dataset_in_object_storage_needs_no_volume():
+    objects = render((THREE,), ("config.reward_logger.dataset_dir=s3://baton/episodes",))
+    assert baton_config(objects)["reward_logger"]["dataset_dir"] == "s3://baton/episodes"
+    assert f"{RELEASE}-baton-episodes" not in {c["metadata"]["name"] for c in by_kind(objects, "PersistentVolumeClaim")}
+    assert f"{RELEASE}-baton-episodes" in {c["metadata"]["name"] for c in by_kind(render((THREE,)), "PersistentVolumeClaim")}
+    (cron,) = by_kind(objects, "CronJob")
+    for w in (reward_logger(objects), cron):
+        assert "episodes" not in {v["name"] for v in pod_spec(w)["volumes"]}
+
+
+def test_the_openai_conductor_gets_its_key_from_a_secret(tmp_path):
+    values = tmp_path / "conductor.yaml"
+    values.write_text(yaml.safe_dump({
+        "config": {"conductor": {"backend": "openai", "vllm": None, "openai": {
+            "base_url": "http://vllm.llm.svc:8000/v1", "model": "qwen", "api_key_env": "CONDUCTOR_API_KEY"}}},
+        "router": {"gpu": {"enabled": False}, "conductorApiKey": {"existingSecret": "conductor", "existingSecretKey": "key"}}}))
+    objects = render((THREE, str(values)))
+    (router,) = [d for d in by_kind(objects, "Deployment") if container(d)["name"] == "router"]
+    ref = env_of(container(router))["CONDUCTOR_API_KEY"]["valueFrom"]["secretKeyRef"]
+    assert ref == {"name": "conductor", "key": "key"}
 
 
 def test_trainer_is_a_cronjob_that_reads_the_episode_dataset():
