@@ -13,6 +13,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "baton"
 CI_VALUES = sorted((CHART / "ci").glob("*.yaml"))
+# The values `make k8s-up` installs the chart with on the local cluster.
+LOCAL_VALUES = ROOT / "tools" / "k8s" / "values-local.yaml"
 RELEASE = "rel"
 NAMESPACE = "baton"
 # The Kubernetes version the chart is rendered and validated for (the oldest it supports is in Chart.yaml).

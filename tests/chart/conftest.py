@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from chartlib import CHART, CI_VALUES
+from chartlib import CI_VALUES, LOCAL_VALUES
 
 
-@pytest.fixture(params=[p.name for p in CI_VALUES])
+@pytest.fixture(params=[*CI_VALUES, LOCAL_VALUES], ids=lambda p: p.name)
 def ci_file(request) -> str:
-    """Each example values file in charts/baton/ci."""
-    return str(CHART / "ci" / request.param)
+    """Each example values file in charts/baton/ci, and the local cluster's values."""
+    return str(request.param)

@@ -1,5 +1,6 @@
-"""values.yaml is documented and in step with values.schema.json; the dashboard charts metrics the
-services really export; NOTES.txt and the README tell an operator how to reach the gateway."""
+"""values.yaml is documented and in step with values.schema.json, whose `config` part is the
+configuration model's own schema; the dashboard charts metrics the services really export; NOTES.txt
+and the README tell an operator how to reach the gateway."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import shutil
 import jsonschema
 import pytest
 import yaml
+from baton_platform.config_schema import with_config_schema
 
 from chartlib import CHART, ROOT, RELEASE, NAMESPACE, run_helm, template_args
 
@@ -21,10 +23,12 @@ VALUES = yaml.safe_load(VALUES_TEXT)
 SCHEMA = json.loads((CHART / "values.schema.json").read_text())
 # Keys the schema allows that values.yaml leaves unset on purpose (documented in the README).
 OPTIONAL_KEYS = {"minAvailable", "claims"}
+# The configuration file's fields are documented by the model (descriptions in its schema).
+CONFIG = "config"
 
 
 def undocumented_keys(text: str) -> list[str]:
-    """Keys of mappings (not inside list items) without a `# --` comment right above them."""
+    """Keys of mappings (not inside list items, not inside `config`) without a `# --` comment right above them."""
     lines = text.splitlines()
     stack: list[tuple[int, bool, str]] = []  # indent, is a list item, key
     missing = []
@@ -42,7 +46,7 @@ def undocumented_keys(text: str) -> list[str]:
         if not match:
             continue
         key = match.group(1)
-        if not any(is_item for _, is_item, _ in stack):
+        if not any(is_item for _, is_item, _ in stack) and not (stack and stack[0][2] == CONFIG):
             j = i - 1
             comments = []
             while j >= 0 and lines[j].strip().startswith("#"):
@@ -60,6 +64,7 @@ def test_every_value_is_documented():
 
 def test_the_documentation_check_finds_a_bare_key():
     assert undocumented_keys("# -- ok\na: 1\nb:\n  # -- ok\n  c: 2\n  d: 3\n") == ["b", "b.d"]
+    assert undocumented_keys("# -- ok\nconfig:\n  kafka:\n    partitions: 3\nc:\n  d: 1\n") == ["c", "c.d"]
 
 
 def _resolve(node: dict) -> dict:
@@ -69,18 +74,21 @@ def _resolve(node: dict) -> dict:
 
 
 def schema_drift(values, schema: dict, path: str = "") -> list[str]:
-    """Keys in values.yaml the schema lacks, and schema properties values.yaml lacks."""
+    """Keys in values.yaml the schema lacks, and schema properties values.yaml lacks. `config` sets only
+    some of the model's fields (the rest keep the code's defaults); the schema checks it on its own."""
     schema = _resolve(schema)
     problems = []
     if isinstance(values, dict) and "properties" in schema:
         for key, sub in values.items():
+            if not path and key == CONFIG:
+                continue
             if key not in schema["properties"]:
                 if schema.get("additionalProperties", True) is False:
                     problems.append(f"{path}{key}: in values.yaml, not in the schema")
                 continue
             problems += schema_drift(sub, schema["properties"][key], f"{path}{key}.")
         for key in schema["properties"]:
-            if key not in values and key not in OPTIONAL_KEYS:
+            if key not in values and key not in OPTIONAL_KEYS and not (not path and key == CONFIG):
                 problems.append(f"{path}{key}: in the schema, not in values.yaml")
     return problems
 
@@ -90,9 +98,14 @@ def test_schema_is_in_step_with_values():
 
 
 def test_executor_entries_accept_every_default_key():
-    item = SCHEMA["properties"]["executors"]["items"]["properties"]
-    defaults = SCHEMA["properties"]["executorDefaults"]["properties"]
-    assert set(defaults) <= set(item), "an executor entry must be able to override every executorDefaults key"
+    entry = SCHEMA["properties"]["executors"]["additionalProperties"]
+    assert entry == SCHEMA["properties"]["executorDefaults"], "an executor entry must be able to override every executorDefaults key"
+
+
+def test_the_config_schema_is_the_models_own():
+    assert with_config_schema(SCHEMA) == SCHEMA, (
+        "values.schema.json is stale: run `python -m baton_platform.config_schema charts/baton/values.schema.json`")
+    assert SCHEMA["properties"]["config"]["additionalProperties"] is False
 
 
 def test_values_and_examples_validate_against_the_schema():
@@ -105,6 +118,15 @@ def test_schema_rejects_a_misspelt_key():
     validator = jsonschema.Draft202012Validator(SCHEMA)
     bad = {**VALUES, "gateway": {**VALUES["gateway"], "replicas": 3}}
     assert any("replicas" in e.message for e in validator.iter_errors(bad))
+    # The configuration too: the model forbids unknown fields, and so does its schema.
+    bad = {**VALUES, "config": {**VALUES["config"], "gateway": {**VALUES["config"]["gateway"], "request_timeout": 5}}}
+    assert any("request_timeout" in e.message for e in validator.iter_errors(bad))
+
+
+def test_the_staleness_check_sees_a_field_the_schema_lacks():
+    stale = json.loads(json.dumps(SCHEMA))
+    del stale["$defs"]["config.GatewayConfig"]["properties"]["max_messages"]
+    assert with_config_schema(stale) != stale
 
 
 # -- dashboard ----------------------------------------------------------------------------------------

@@ -92,6 +92,27 @@ def test_keda_with_sasl_authenticates_by_reference():
     # An executor may scale to zero: the 0 in its entry must survive the merge with the defaults.
     gemini = [s for s in by_kind(objects, "ScaledObject") if s["metadata"]["name"].endswith("gemini")]
     assert gemini[0]["spec"]["minReplicaCount"] == 0
+    # The pods find the password and the brokers' CA where the configuration says.
+    kafka = baton_config(objects)["kafka"]
+    for d in by_kind(objects, "Deployment"):
+        c = container(d)
+        password = env_of(c)[kafka["sasl_password_env"]]["valueFrom"]["secretKeyRef"]
+        assert password == {"name": "baton-kafka-user", "key": "password"}
+        (ca,) = [m for m in c["volumeMounts"] if m["mountPath"] == kafka["ssl_cafile"]]
+        volume = {v["name"]: v for v in pod_spec(d)["volumes"]}[ca["name"]]
+        assert volume["secret"]["secretName"] == "baton-kafka-ca"
+        assert {"key": "ca.crt", "path": ca["subPath"]} in volume["secret"]["items"]
+
+
+def test_executors_follow_the_providers_of_the_workers(tmp_path):
+    """One executor per provider the configuration's workers use; an `executors` entry only tunes one."""
+    values = tmp_path / "sim.yaml"
+    values.write_text(yaml.safe_dump({"config": {"workers": [
+        {"name": "replay", "provider": "sim", "model": "m", "sim": {"dataset": "/data/m.csv"}}]}}))
+    objects = render((str(values),))
+    assert set(executors(objects)) == {"sim"}, "the default `openai` entry serves no worker: no executor for it"
+    assert {s["metadata"]["name"] for s in by_kind(objects, "Service")} >= {f"{RELEASE}-baton-executor-sim"}
+    assert f"{RELEASE}-baton-executor-sim" in {p["metadata"]["name"] for p in by_kind(objects, "PodDisruptionBudget")}
 
 
 def test_an_executor_can_turn_its_autoscaler_off():
@@ -173,6 +194,28 @@ def test_gpu_router_by_default_and_no_gpu_anywhere_on_cpu_only():
     assert baton_config(cpu)["conductor"]["backend"] in ("transformers", "policy", "static", "openai")
 
 
+def test_a_dataset_in_object_storage_needs_no_volume():
+    objects = render((THREE,), ("config.reward_logger.dataset_dir=s3://baton/episodes",))
+    assert baton_config(objects)["reward_logger"]["dataset_dir"] == "s3://baton/episodes"
+    assert f"{RELEASE}-baton-episodes" not in {c["metadata"]["name"] for c in by_kind(objects, "PersistentVolumeClaim")}
+    assert f"{RELEASE}-baton-episodes" in {c["metadata"]["name"] for c in by_kind(render((THREE,)), "PersistentVolumeClaim")}
+    (cron,) = by_kind(objects, "CronJob")
+    for w in (reward_logger(objects), cron):
+        assert "episodes" not in {v["name"] for v in pod_spec(w)["volumes"]}
+
+
+def test_the_openai_conductor_gets_its_key_from_a_secret(tmp_path):
+    values = tmp_path / "conductor.yaml"
+    values.write_text(yaml.safe_dump({
+        "config": {"conductor": {"backend": "openai", "vllm": None, "openai": {
+            "base_url": "http://vllm.llm.svc:8000/v1", "model": "qwen", "api_key_env": "CONDUCTOR_API_KEY"}}},
+        "router": {"gpu": {"enabled": False}, "conductorApiKey": {"existingSecret": "conductor", "existingSecretKey": "key"}}}))
+    objects = render((THREE, str(values)))
+    (router,) = [d for d in by_kind(objects, "Deployment") if container(d)["name"] == "router"]
+    ref = env_of(container(router))["CONDUCTOR_API_KEY"]["valueFrom"]["secretKeyRef"]
+    assert ref == {"name": "conductor", "key": "key"}
+
+
 def test_trainer_is_a_cronjob_that_reads_the_episode_dataset():
     objects = render((THREE,))
     (cron,) = by_kind(objects, "CronJob")
@@ -252,33 +295,38 @@ def test_api_keys_come_from_secret_key_refs():
         assert ref == {"name": "baton-provider-keys", "key": key}
         others = set(expected) - {provider}
         assert not any(expected[o][0] in env for o in others), f"executor {provider} must not see other keys"
-    gateway_env = env_of(container([d for d in by_kind(render((THREE,)), "Deployment")
-                                    if container(d)["name"] == "gateway"][0]))
-    assert gateway_env["BATON_API_KEYS"]["valueFrom"]["secretKeyRef"]["name"] == "baton-gateway-api-keys"
+    assert gateway_env(render((THREE,)))["BATON_API_KEYS"]["valueFrom"]["secretKeyRef"]["name"] == "baton-gateway-api-keys"
 
 
 def test_the_gateway_requires_tenant_keys_by_default(tmp_path):
-    """The chart renders auth: keys with its tenants, and the gateway starts on that configuration with
-    the key entries its Secret holds (hashes only: the chart never sees a key)."""
+    """The chart fills the gateway's key variable from its Secret unless the configuration says `auth:
+    none`, and the gateway starts on the rendered tenants with the key entries that Secret holds
+    (hashes only: the chart never sees a key)."""
     from baton_gateway.auth import Gatekeeper
     from baton_platform.apikeys import hash_key, key_entry, mint_key
     from baton_platform.config import BatonConfig
 
     values = tmp_path / "tenants.yaml"
-    values.write_text(yaml.safe_dump({"gateway": {"tenants": [
-        {"name": "acme", "models": ["baton"], "requestsPerMinute": 60, "tokensPerMinute": 10000, "budgetUsd": 12.5},
+    values.write_text(yaml.safe_dump({"config": {"tenants": [
+        {"name": "acme", "models": ["baton"], "requests_per_minute": 60, "tokens_per_minute": 10000, "budget_usd": 12.5},
         {"name": "ops"}]}}))
-    config = baton_config(render((THREE, str(values))))
-    assert config["gateway"]["auth"] == "keys" and "allow_unauthenticated_network" not in config["gateway"]
-    assert config["tenants"] == [{"name": "acme", "models": ["baton"], "requests_per_minute": 60,
-                                  "tokens_per_minute": 10000, "budget_usd": 12.5}, {"name": "ops"}]
+    objects = render((THREE, str(values)))
+    config = baton_config(objects)
+    assert "auth" not in config["gateway"], "the code's default, keys, applies"
     key = mint_key()
     gate = Gatekeeper(BatonConfig(**config), env={"BATON_API_KEYS": key_entry("acme", hash_key(key), ["chat"])})
     assert gate.authenticate(f"Bearer {key}", "chat").tenant == "acme"
-    assert baton_config(render((THREE,)))["tenants"] == [{"name": "default", "models": ["*"]}]
+    assert gateway_env(objects)["BATON_API_KEYS"]["valueFrom"]["secretKeyRef"]["name"] == "baton-gateway-api-keys"
     # Turning auth off is explicit, and says the gateway listens beyond loopback on purpose.
-    open_config = baton_config(render((THREE,), ("gateway.auth.enabled=false",)))
-    assert open_config["gateway"]["auth"] == "none" and open_config["gateway"]["allow_unauthenticated_network"]
+    open_objects = render((THREE,), ("config.gateway.auth=none", "config.gateway.allow_unauthenticated_network=true",
+                                     "gateway.auth.existingSecret="))
+    assert "BATON_API_KEYS" not in gateway_env(open_objects)
+    assert BatonConfig(**baton_config(open_objects)).gateway.auth == "none"
+
+
+def gateway_env(objects) -> dict[str, dict]:
+    (gateway,) = [d for d in by_kind(objects, "Deployment") if container(d)["name"] == "gateway"]
+    return env_of(container(gateway))
 
 
 def test_otel_points_every_service_at_the_collector():
@@ -332,29 +380,53 @@ def test_every_service_accepts_the_rendered_configuration(ci_file, tmp_path, mon
                     asyncio.run(client.aclose())
 
 
-def test_recursion_settings_reach_the_configuration():
-    config = baton_config(render((THREE,)))
-    assert "max_depth" not in config["conductor"] and "inner_plan" not in config["conductor"], "defaults stay the app's"
-    config = baton_config(render((THREE,), ("router.conductor.maxDepth=0",)))
-    assert config["conductor"]["max_depth"] == 0
-    config = baton_config(render((THREE,), ("router.conductor.innerPlan.workers={gpt-5}",
-                                            "router.conductor.innerPlan.subtasks={Fix it.}",
-                                            "router.conductor.innerPlan.access[0]=all")))
-    assert config["conductor"]["inner_plan"] == {"workers": ["gpt-5"], "subtasks": ["Fix it."], "access": ["all"]}
+def merged(base, over):
+    """Helm's merge of a values file over the defaults: maps merge key by key, null deletes, the rest replaces."""
+    if not (isinstance(base, dict) and isinstance(over, dict)):
+        return over
+    out = dict(base)
+    for key, value in over.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merged(base.get(key), value)
+    return out
 
 
-def test_exploration_and_the_judge_reach_the_configuration(tmp_path):
-    config = baton_config(render((THREE,)))
-    assert config["router"]["explore_share"] == 0 and config["synthesizer"]["group_answer"] == "primary"
-    assert "judge" not in config
-    values = tmp_path / "judged.yaml"
-    values.write_text(yaml.safe_dump({"router": {"exploration": {"share": 0.1, "groupSize": 3}},
-                                      "synthesizer": {"config": {"groupAnswer": "judge"}},
-                                      "judge": {"worker": "claude-sonnet", "waitS": 30}}))
+def test_the_config_map_is_the_config_value_verbatim(tmp_path):
+    """Any field of the code's configuration reaches the services as written, with no copy of it in the chart."""
+    from baton_platform.config import BatonConfig
+
+    values = tmp_path / "tuned.yaml"
+    tuned = {"config": {
+        "conductor": {"max_depth": 0, "inner_plan": {"workers": ["gpt-5"], "subtasks": ["Fix it."], "access": ["all"]}},
+        "router": {"explore_share": 0.1, "explore_group_size": 3},
+        "synthesizer": {"group_answer": "judge", "max_cost_usd": 0.5},
+        "judge": {"worker": "claude-sonnet", "wait_s": 30},
+        "kafka": {"linger_ms": 5},
+        "reward_logger": {"cost_weight": 2.0}}}
+    values.write_text(yaml.safe_dump(tuned))
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())["config"]
+    three = yaml.safe_load(open(THREE))["config"]
     config = baton_config(render((THREE, str(values))))
-    assert (config["router"]["explore_share"], config["router"]["explore_group_size"]) == (0.1, 3)
-    assert config["synthesizer"]["group_answer"] == "judge"
-    assert config["judge"] == {"worker": "claude-sonnet", "wait_s": 30}
+    assert config == merged(merged(defaults, three), tuned["config"])
+    loaded = BatonConfig(**config)
+    assert (loaded.router.explore_share, loaded.judge.worker, loaded.conductor.max_depth) == (0.1, "claude-sonnet", 0)
+
+
+@pytest.mark.parametrize(("sets", "message"), [
+    (("config.conductor.backend=static",), "conductor.plan is required"),
+    (("config.synthesizer.group_answer=judge",), "needs a `judge:` section"),
+    (("config.judge.worker=nobody",), "is not a configured worker"),
+])
+def test_rules_of_the_configuration_itself_are_the_services_to_enforce(sets, message):
+    """The chart keeps no copy of the configuration's own rules; the services refuse to start on them,
+    with the model's message."""
+    from baton_platform.config import BatonConfig
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=re.escape(message)):
+        BatonConfig(**baton_config(render((THREE,), sets)))
 
 
 def reward_logger(objects) -> dict:
@@ -366,17 +438,16 @@ def reward_logger(objects) -> dict:
 def test_evaluation_sets_reach_the_configuration_on_a_volume_of_the_reward_logger(tmp_path, monkeypatch):
     assert "eval_sets" not in baton_config(render((THREE,)))["reward_logger"], "none unless configured"
     values = tmp_path / "evals.yaml"
-    values.write_text(yaml.safe_dump({"rewardLogger": {
-        "evalSets": {"configMap": "my-eval-sets",
-                     "sets": {"quiz": {"path": "quiz.csv"},
-                              "mmlu_pro": {"path": "/data/routing/mmlu_pro_dev.csv", "grader": "choice"}}},
-        "extraVolumes": [{"name": "routing", "persistentVolumeClaim": {"claimName": "routing-data"}}],
-        "extraVolumeMounts": [{"name": "routing", "mountPath": "/data/routing", "readOnly": True}]}}))
+    values.write_text(yaml.safe_dump({
+        "config": {"reward_logger": {"eval_sets": {
+            "quiz": {"path": "/etc/baton/eval-sets/quiz.csv"},
+            "mmlu_pro": {"path": "/data/routing/mmlu_pro_dev.csv", "grader": "choice"}}}},
+        "rewardLogger": {
+            "evalSets": {"configMap": "my-eval-sets"},
+            "extraVolumes": [{"name": "routing", "persistentVolumeClaim": {"claimName": "routing-data"}}],
+            "extraVolumeMounts": [{"name": "routing", "mountPath": "/data/routing", "readOnly": True}]}}))
     objects = render((THREE, str(values)))
     config = baton_config(objects)
-    assert config["reward_logger"]["eval_sets"] == {
-        "quiz": {"path": "/etc/baton/eval-sets/quiz.csv"},
-        "mmlu_pro": {"path": "/data/routing/mmlu_pro_dev.csv", "grader": "choice"}}
     pod = pod_spec(reward_logger(objects))
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["eval-sets"]["configMap"]["name"] == "my-eval-sets"

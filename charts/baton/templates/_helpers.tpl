@@ -91,35 +91,30 @@ which would make `autoscaling.enabled: false` or `minReplicaCount: 0` in an exec
 {{- . | replace "_" "-" | lower -}}
 {{- end -}}
 
-{{/*
-The executors with executorDefaults merged in, as JSON {"items": [...]}; each item also carries
-`component` (executor-<provider>) and `name` (its resources' name).
-*/}}
-{{- define "baton.executors" -}}
-{{- $items := list -}}
-{{- range $entry := .Values.executors -}}
-{{- $e := include "baton.mergeValues" (dict "base" $.Values.executorDefaults "over" $entry) | fromJson -}}
-{{- $component := printf "executor-%s" (include "baton.providerSlug" $entry.provider) -}}
-{{- $_ := set $e "component" $component -}}
-{{- $_ := set $e "name" (include "baton.componentName" (dict "root" $ "component" $component)) -}}
-{{- $items = append $items $e -}}
-{{- end -}}
-{{- toJson (dict "items" $items) -}}
-{{- end -}}
-
 {{/* Where the configuration file is mounted in every pod. */}}
 {{- define "baton.configDir" -}}/etc/baton{{- end -}}
 {{- define "baton.configPath" -}}/etc/baton/baton.yaml{{- end -}}
-{{- define "baton.kafkaCaDir" -}}/etc/baton/kafka-ca{{- end -}}
-{{/* The variable the SASL password is read from (kafka.sasl_password_env). */}}
-{{- define "baton.saslPasswordEnv" -}}KAFKA_SASL_PASSWORD{{- end -}}
+
+{{/* The configuration file's text; pods roll when its checksum changes (the services read it at start). */}}
+{{- define "baton.configData" -}}
+{{- toYaml .Values.config -}}
+{{- end -}}
+
+{{- define "baton.kafkaProtocol" -}}
+{{- default "PLAINTEXT" .Values.config.kafka.security_protocol -}}
+{{- end -}}
 
 {{- define "baton.kafkaUsesSasl" -}}
-{{- if hasPrefix "SASL_" .Values.kafka.securityProtocol -}}true{{- end -}}
+{{- if hasPrefix "SASL_" (include "baton.kafkaProtocol" .) -}}true{{- end -}}
 {{- end -}}
 
 {{- define "baton.kafkaUsesTls" -}}
-{{- if has .Values.kafka.securityProtocol (list "SSL" "SASL_SSL") -}}true{{- end -}}
+{{- if has (include "baton.kafkaProtocol" .) (list "SSL" "SASL_SSL") -}}true{{- end -}}
+{{- end -}}
+
+{{/* The brokers' CA from kafka.tls.caSecret is mounted as the file config.kafka.ssl_cafile. */}}
+{{- define "baton.kafkaMountsCa" -}}
+{{- if and (include "baton.kafkaUsesTls" .) .Values.kafka.tls.caSecret -}}true{{- end -}}
 {{- end -}}
 
 {{/*
@@ -131,10 +126,10 @@ The services name themselves (OTEL_SERVICE_NAME is left to the code). Call with 
 - name: BATON_CONFIG
   value: {{ include "baton.configPath" $root | quote }}
 {{- if include "baton.kafkaUsesSasl" $root }}
-- name: {{ include "baton.saslPasswordEnv" $root }}
+- name: {{ $root.Values.config.kafka.sasl_password_env }}
   valueFrom:
     secretKeyRef:
-      name: {{ required (printf "kafka.securityProtocol %s needs kafka.sasl.username and kafka.sasl.existingSecret (the Secret with the password)" $root.Values.kafka.securityProtocol) $root.Values.kafka.sasl.existingSecret | quote }}
+      name: {{ $root.Values.kafka.sasl.existingSecret | quote }}
       key: {{ $root.Values.kafka.sasl.existingSecretPasswordKey | quote }}
 {{- end }}
 {{- if $root.Values.otel.enabled }}
@@ -189,7 +184,7 @@ The services name themselves (OTEL_SERVICE_NAME is left to the code). Call with 
 - name: tmp
   emptyDir:
     sizeLimit: {{ .root.Values.tmpDir.sizeLimit }}
-{{- if and (include "baton.kafkaUsesTls" .root) .root.Values.kafka.tls.caSecret }}
+{{- if include "baton.kafkaMountsCa" .root }}
 - name: kafka-ca
   secret:
     secretName: {{ .root.Values.kafka.tls.caSecret | quote }}
@@ -205,9 +200,10 @@ The services name themselves (OTEL_SERVICE_NAME is left to the code). Call with 
   readOnly: true
 - name: tmp
   mountPath: /tmp
-{{- if and (include "baton.kafkaUsesTls" .) .Values.kafka.tls.caSecret }}
+{{- if include "baton.kafkaMountsCa" . }}
 - name: kafka-ca
-  mountPath: {{ include "baton.kafkaCaDir" . }}
+  mountPath: {{ .Values.config.kafka.ssl_cafile }}
+  subPath: ca.crt
   readOnly: true
 {{- end }}
 {{- end -}}

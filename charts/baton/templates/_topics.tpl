@@ -1,19 +1,17 @@
 {{/*
 The suite's topics and partition counts, as JSON {"items": [{name, partitions, config}]}. It mirrors
-baton_platform.topics.topic_plan: every topic gets kafka.partitions, baton.policy one compacted
+baton_platform.topics.topic_plan: every topic gets config.kafka.partitions, baton.policy one compacted
 partition, baton.rewards one partition kept a week, and there is one baton.tasks.<provider> per provider in use.
 */}}
 {{- define "baton.topics" -}}
-{{- $n := int .Values.kafka.partitions -}}
+{{- $n := int .Values.config.kafka.partitions -}}
 {{- $items := list -}}
 {{- range $name := list "baton.requests" "baton.workflow" "baton.responses" "baton.feedback" "baton.dlq" -}}
 {{- $items = append $items (dict "name" $name "partitions" $n "config" dict) -}}
 {{- end -}}
 {{- $items = append $items (dict "name" "baton.policy" "partitions" 1 "config" (dict "cleanup.policy" "compact")) -}}
 {{- $items = append $items (dict "name" "baton.rewards" "partitions" 1 "config" (dict "retention.ms" "604800000")) -}}
-{{- $providers := dict -}}
-{{- range .Values.workers }}{{ $_ := set $providers .provider true }}{{ end -}}
-{{- range $p := keys $providers | sortAlpha -}}
+{{- range $p := include "baton.providers" . | fromJsonArray -}}
 {{- $items = append $items (dict "name" (printf "baton.tasks.%s" $p) "partitions" $n "config" dict) -}}
 {{- $items = append $items (dict "name" (printf "baton.limits.%s" $p) "partitions" 1 "config" (dict "cleanup.policy" "compact" "segment.ms" "60000")) -}}
 {{- end -}}
