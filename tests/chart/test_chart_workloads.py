@@ -355,7 +355,7 @@ def test_every_service_accepts_the_rendered_configuration(ci_file, tmp_path, mon
     import asyncio
 
     import httpx
-    from baton_executor.workers import build_workers
+    from baton_executor.providers.registry import build_workers
 
     objects = render((ci_file,))
     path = tmp_path / "baton.yaml"

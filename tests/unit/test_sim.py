@@ -5,7 +5,7 @@ import sys
 import pytest
 
 from baton_executor.providers.base import ProviderCall, ProviderError
-from baton_executor.sim import OutcomeMatrix, SimProvider
+from baton_executor.providers.sim import OutcomeMatrix, SimProvider
 from testbed import MMLU_PRO
 
 
@@ -74,3 +74,10 @@ def test_a_sim_judge_judges_as_well_as_its_model_answered(matrix):
     assert judged > 10
     unknown = asyncio.run(sim.complete(call, query="not in the matrix", candidates=["x", "y"]))
     assert json.loads(unknown.text) == {"scores": [5, 5]}, "a question it cannot answer, it cannot judge"
+
+
+def test_the_registry_has_one_adapter_per_configured_provider():
+    from baton_executor.providers.registry import REGISTRY
+    from baton_platform.config import PROVIDERS
+
+    assert sorted(REGISTRY) == sorted(PROVIDERS)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import dataclasses
 
 from baton.v1 import requests_pb2
-from baton_platform.config import CONDUCTOR, BatonConfig
+from baton_platform.config import BatonConfig
+from baton_workflow import CONDUCTOR
 from baton_workflow import Plan
 
 from baton_conductor.prompt import (CONDUCTOR_CARD, cards_from, conductor_messages, conversation, inner_context,

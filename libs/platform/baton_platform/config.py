@@ -10,18 +10,15 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Literal, Union, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from baton_workflow import CONDUCTOR
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-# The reserved worker name of the conductor itself. A step given to it goes to no provider: the
-# conductor is asked again, with the workflow so far, and keeps or corrects the answer.
-CONDUCTOR = "conductor"
-
 Provider = Literal["openai", "anthropic", "gemini", "openai_compatible", "sim"]
-PROVIDERS: tuple[str, ...] = ("openai", "anthropic", "gemini", "openai_compatible", "sim")
+PROVIDERS: tuple[str, ...] = get_args(Provider)
 # An evaluation set's name: a client names an item as NAME:ID, so the name holds no ':'.
 _EVAL_SET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 

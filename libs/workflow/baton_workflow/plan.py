@@ -10,6 +10,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 Access = Union[Literal["all"], list[int]]
 
+# The reserved worker name of the conductor itself. A step given to it goes to no provider: the
+# conductor is asked again, with the workflow so far, and keeps or corrects the answer.
+CONDUCTOR = "conductor"
+
 
 class Plan(BaseModel):
     """The Conductor paper's shape: three equal-length lists, one entry per step."""

@@ -16,7 +16,7 @@ from baton_executor.deltas import DeltaBatcher
 from baton_executor.limits import WorkerLimits, estimate_tokens
 from baton_executor.metrics import ExecutorMetrics
 from baton_executor.providers.base import Provider, ProviderCall, ProviderError, ProviderReply
-from baton_executor.sim import SimProvider
+from baton_executor.providers.sim import SimProvider
 
 
 def _retryable(e: BaseException) -> bool:

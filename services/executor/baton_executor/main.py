@@ -18,7 +18,7 @@ from baton_executor.calls import StepRunner
 from baton_executor.handlers import TaskConsumer
 from baton_executor.limits import WorkerLimits
 from baton_executor.metrics import ExecutorMetrics
-from baton_executor.workers import build_workers
+from baton_executor.providers.registry import build_workers
 
 
 def create_app(config: BatonConfig, provider: str, tracer_provider: TracerProvider | None = None) -> AsgiFastStream:

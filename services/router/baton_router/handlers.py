@@ -14,7 +14,7 @@ from opentelemetry import trace
 from prometheus_client import Counter, Histogram
 
 from baton_platform import topics
-from baton_platform.config import CONDUCTOR
+from baton_workflow import CONDUCTOR
 from baton_platform.kafka import consumer_options
 from baton_platform.messages import PoisonMessage, decode, encode
 from baton_platform.offsets import CommitPacer, OffsetTracker

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from baton_platform.config import CONDUCTOR
+from baton_workflow import CONDUCTOR
 from baton_conductor import ConductorOutputError, PlanBounds, parse_plan
 from baton_workflow import Plan, plan_problems
 

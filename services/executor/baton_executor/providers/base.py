@@ -11,6 +11,8 @@ from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
 import httpx
 
+# The providers that speak an HTTP API (every configured provider but `sim`, which answers from a
+# recorded matrix); the names are the configuration's (baton_platform.config.PROVIDERS).
 PROVIDER_KINDS = ("openai", "openai_compatible", "anthropic", "gemini")
 
 

@@ -22,7 +22,8 @@ from pathlib import Path
 import yaml
 from baton.v1 import common_pb2, requests_pb2
 
-from baton_platform.config import CONDUCTOR, BatonConfig, load_config
+from baton_platform.config import BatonConfig, load_config
+from baton_workflow import CONDUCTOR
 from baton_router.conductor import ConductorOutputError, build_backend
 from baton_workflow import plan_problems
 

@@ -1,0 +1,59 @@
+"""The provider registry: which adapter answers for each provider the configuration names.
+
+One entry per name of `baton_platform.config.PROVIDERS` (a test checks they agree): the HTTP APIs
+through `build_provider`, and `sim`, which answers from a recorded outcome matrix.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+from baton_platform.config import BatonConfig, WorkerConfig
+from baton_executor.providers.base import PROVIDER_KINDS, Provider, build_provider
+from baton_executor.providers.sim import OutcomeMatrix, SimProvider
+
+
+class MissingApiKey(ValueError):
+    pass
+
+
+def _http(worker: WorkerConfig, client: httpx.AsyncClient, matrices: dict[Path, OutcomeMatrix]) -> Provider:
+    return build_provider(worker.provider, base_url=worker.base_url, api_key=_api_key(worker), client=client)
+
+
+def _sim(worker: WorkerConfig, client: httpx.AsyncClient, matrices: dict[Path, OutcomeMatrix]) -> Provider:
+    # Workers of one matrix file share it: it is loaded once.
+    dataset = worker.sim.dataset
+    matrix = matrices.get(dataset) or matrices.setdefault(dataset, OutcomeMatrix(dataset))
+    return SimProvider(matrix, worker.sim.column or worker.model, worker.sim.latency_ms)
+
+
+REGISTRY: dict[str, Callable[[WorkerConfig, httpx.AsyncClient, dict[Path, OutcomeMatrix]], Provider]] = {
+    **{kind: _http for kind in PROVIDER_KINDS},
+    "sim": _sim,
+}
+
+
+def build_workers(config: BatonConfig, provider: str, client: httpx.AsyncClient) -> dict[str, Provider]:
+    """Clients for every worker of `provider`."""
+    matrices: dict[Path, OutcomeMatrix] = {}
+    out = {w.name: REGISTRY[w.provider](w, client, matrices) for w in config.workers if w.provider == provider}
+    if not out:
+        raise ValueError(f"no configured worker uses provider {provider!r}")
+    return out
+
+
+def _api_key(worker: WorkerConfig) -> str | None:
+    if worker.api_key_env is None:
+        if worker.provider == "openai_compatible":
+            return None
+        raise MissingApiKey(f"worker {worker.name!r}: set api_key_env to the variable holding its API key")
+    key = os.environ.get(worker.api_key_env)
+    if not key:
+        # Names the variable, never a value.
+        raise MissingApiKey(f"worker {worker.name!r}: environment variable {worker.api_key_env} is not set")
+    return key
