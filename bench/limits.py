@@ -18,12 +18,12 @@ from pathlib import Path
 import yaml
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from baton_tools.executors import ExecutorProcs, StepResults, sustained_rate
-from baton_tools.kafka import acreate_topics
-from baton_tools.traffic import make_task, offer
-from baton_tools.standins import standin_stats
 from baton_platform import topics
 from baton_platform.kafka import partition_ids
+from baton_tools.executors import ExecutorProcs, StepResults, sustained_rate
+from baton_tools.kafka import acreate_topics
+from baton_tools.standins import standin_stats
+from baton_tools.traffic import make_task, offer
 
 PROVIDER = "openai_compatible"
 WORKER = "limited"

@@ -25,6 +25,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, cast
 
 LAG_LIMIT_MS = 100.0  # send lag p99 above this: the generator, not the server, set the pace
 
@@ -80,7 +81,7 @@ def summarise(records: list[list], duration_s: float) -> dict:
 def _arrivals(rate: float, horizon_s: float, seed: int) -> list[float]:
     """Poisson arrival offsets in [0, horizon_s); the same seed gives the same schedule."""
     rng = random.Random(seed)
-    t, out = 0.0, []
+    t, out = 0.0, list[float]()
     while True:
         t += rng.expovariate(rate)
         if t >= horizon_s:
@@ -171,15 +172,16 @@ def generate(load: Load) -> dict:
                "--rate", str(load.rate / load.procs), "--seed", str(load.seed * 1000 + k)]
         procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
         favoured = favour(procs[-1].pid) and favoured
+    pipes = [(cast(IO[str], proc.stdin), cast(IO[str], proc.stdout)) for proc in procs]  # both are pipes
     try:
-        for proc in procs:
-            if proc.stdout.readline().strip() != "ready":
+        for proc, (_, out) in zip(procs, pipes, strict=True):
+            if out.readline().strip() != "ready":
                 raise RuntimeError(f"load generator exited before it was ready (status {proc.wait()})")
         start_at = time.monotonic() + 0.2
-        for proc in procs:
-            proc.stdin.write(f"go {start_at!r}\n")
-            proc.stdin.flush()
-        outputs = [json.loads(proc.stdout.readline()) for proc in procs]
+        for into, _ in pipes:
+            into.write(f"go {start_at!r}\n")
+            into.flush()
+        outputs = [json.loads(out.readline()) for _, out in pipes]
     finally:
         for proc in procs:
             if proc.poll() is None:

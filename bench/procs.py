@@ -11,11 +11,11 @@ import sys
 import time
 from pathlib import Path
 
+from loadgen import favour
+
 from baton_tools import procs
 from baton_tools.procs import Child, free_port
 from baton_tools.standins.server import READY_MARKER
-
-from loadgen import favour
 
 REPO = Path(__file__).resolve().parents[1]
 LITELLM_VERSION = "1.108.7"

@@ -132,12 +132,12 @@ def _overhead(data: dict, results: Path, plt) -> list[str]:
             continue
         by = {x["target"]: x["cpu"] for x in data["runs"] if x["rate"] == run["rate"]}
         per = _baton_cpu_ms(run["cpu"])
-        baton = sum(per.values())
+        baton_ms = sum(per.values())
         baton_marginal = _marginal_ms(by, "baton", _is_baton)
         lite = _marginal_ms(by, "litellm", lambda name: name == "litellm", total=True)
         lite_marginal = _marginal_ms(by, "litellm", lambda name: name == "litellm")
         lines.append(f"| {_fmt(run['rate'], 0)} | " + " | ".join(_fmt(per.get(p), 2) for p in BATON_PROCS)
-                     + f" | **{_fmt(baton, 2)}** | **{_fmt(baton_marginal, 2)}** | **{_fmt(lite, 2)}** | "
+                     + f" | **{_fmt(baton_ms, 2)}** | **{_fmt(baton_marginal, 2)}** | **{_fmt(lite, 2)}** | "
                      f"**{_fmt(lite_marginal, 2)}** |")
     lines.append("")
     if data.get("ttft"):

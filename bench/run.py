@@ -22,23 +22,30 @@ import shutil
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
-import yaml
-
-from baton_tools.kafka import LocalKafka
-from baton_tools.stack import Stack
-from baton_tools.procs import free_port
-from baton_tools.standins.server import configure_standin
-
 import limits as limits_bench
 import report
 import ttft
+import yaml
 from loadgen import LAG_LIMIT_MS, Load, generate, pooled
-from procs import (CpuMeter, LITELLM_VERSION, ensure_litellm, litellm_ready_url, start_litellm, start_standin,
-                   wait_http_ok)
+from procs import (
+    LITELLM_VERSION,
+    CpuMeter,
+    ensure_litellm,
+    litellm_ready_url,
+    start_litellm,
+    start_standin,
+    wait_http_ok,
+)
+
+from baton_tools.kafka import LocalKafka
+from baton_tools.procs import free_port
+from baton_tools.stack import Stack
+from baton_tools.standins.server import configure_standin
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
@@ -208,7 +215,7 @@ def bench_overhead(plan: Plan, targets: dict[str, tuple[str, str]], meter: CpuMe
 def overhead_row(rate: float, q: str, by_target: dict[str, dict]) -> dict:
     key = f"{q}_ms"
     direct = by_target.get("direct", {}).get(key)
-    row = {"rate": rate, "percentile": q, "direct_ms": direct}
+    row: dict[str, Any] = {"rate": rate, "percentile": q, "direct_ms": direct}
     for name in ("baton", "litellm"):
         value = by_target.get(name, {}).get(key)
         row[f"{name}_ms"] = value
@@ -323,7 +330,7 @@ def machine_meta(argv: list[str], plan: Plan) -> dict:
         with open("/proc/cpuinfo") as f:
             model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
     return {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": " ".join(["bench/run.py", *argv]),
         "quick": plan.quick,
         "cpus": os.cpu_count(),

@@ -11,7 +11,6 @@ import json
 import time
 
 import httpx
-
 from loadgen import percentile
 
 CHUNK_DELAY_MS = 20  # the stand-in's pause between streamed chunks while this runs

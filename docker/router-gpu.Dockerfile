@@ -25,7 +25,7 @@ WORKDIR /src
 COPY . .
 # The workspace members baton-router needs, in dependency order; tests/images checks this list
 # against the members' pyproject files.
-ARG MEMBERS="libs/contracts libs/platform libs/workflow libs/conductor services/router"
+ARG MEMBERS="libs/contracts libs/workflow libs/platform libs/conductor services/router"
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN read -r -a members <<< "$MEMBERS" \
     && uv pip list --system --format freeze > /tmp/in-image.txt \

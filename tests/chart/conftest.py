@@ -4,7 +4,6 @@ has a conftest)."""
 from __future__ import annotations
 
 import pytest
-
 from chartlib import CI_VALUES, LOCAL_VALUES
 
 

@@ -11,9 +11,9 @@ import shutil
 import jsonschema
 import pytest
 import yaml
-from baton_platform.config_schema import with_config_schema
+from chartlib import CHART, NAMESPACE, RELEASE, ROOT, run_helm, template_args
 
-from chartlib import CHART, ROOT, RELEASE, NAMESPACE, run_helm, template_args
+from baton_platform.config_schema import with_config_schema
 
 # The first test to need Helm builds it from source (about five minutes on two cores).
 pytestmark = pytest.mark.timeout(1800)

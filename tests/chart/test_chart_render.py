@@ -6,9 +6,8 @@ from __future__ import annotations
 import kubernetes_validate
 import pytest
 import yaml
-from kubernetes_validate.utils import SchemaNotFoundError
-
 from chartlib import CHART, CI_VALUES, KUBE_VERSION, render, render_error, run_helm
+from kubernetes_validate.utils import SchemaNotFoundError
 
 # The first test to need Helm builds it from source (about five minutes on two cores).
 pytestmark = pytest.mark.timeout(1800)

@@ -8,10 +8,10 @@ import re
 
 import pytest
 import yaml
+from chartlib import CHART, RELEASE, SERVICE_COMMANDS, baton_config, by_kind, pod_labels, pod_spec, render
+
 from baton_platform import topics
 from baton_platform.config import load_config
-
-from chartlib import (CHART, RELEASE, SERVICE_COMMANDS, baton_config, by_kind, pod_labels, pod_spec, render)
 
 # The first test to need Helm builds it from source (about five minutes on two cores).
 pytestmark = pytest.mark.timeout(1800)
@@ -355,6 +355,7 @@ def test_every_service_accepts_the_rendered_configuration(ci_file, tmp_path, mon
     import asyncio
 
     import httpx
+
     from baton_executor.providers.registry import build_workers
 
     objects = render((ci_file,))
@@ -422,8 +423,9 @@ def test_the_config_map_is_the_config_value_verbatim(tmp_path):
 def test_rules_of_the_configuration_itself_are_the_services_to_enforce(sets, message):
     """The chart keeps no copy of the configuration's own rules; the services refuse to start on them,
     with the model's message."""
-    from baton_platform.config import BatonConfig
     from pydantic import ValidationError
+
+    from baton_platform.config import BatonConfig
 
     with pytest.raises(ValidationError, match=re.escape(message)):
         BatonConfig(**baton_config(render((THREE,), sets)))

@@ -11,12 +11,12 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from baton.v1 import common_pb2, requests_pb2
+from testbed import default_config_data
 
+from baton.v1 import common_pb2, requests_pb2
 from baton_platform.config import BatonConfig
 from baton_router.conductor import ConductorOutputError
 from baton_router.conductor.transformers_backend import Sample, TransformersConductor
-from testbed import default_config_data
 
 PLAN = '{"model_id": [0, 1], "subtasks": ["Answer.", "Check."], "access_list": [[], [0]]}'
 

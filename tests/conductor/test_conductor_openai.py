@@ -8,13 +8,13 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from baton.v1 import common_pb2, requests_pb2
+from testbed import default_config_data
 
+from baton.v1 import common_pb2, requests_pb2
 from baton_platform.config import BatonConfig
 from baton_router.conductor import ConductorOutputError, build_backend
 from baton_router.conductor.openai_backend import ConductorServerError
 from baton_workflow import plan_problems
-from testbed import default_config_data
 
 PLAN = '{"model_id": [1, 0], "subtasks": ["Solve it step by step.", "Check and answer."], "access_list": [[], [0]]}'
 API_KEY = "sk-conductor-test-0123456789"

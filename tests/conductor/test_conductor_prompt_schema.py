@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
+import json
 import math
 
-import json
-
 import pytest
-from baton.v1 import common_pb2, requests_pb2
 from pydantic import ValidationError
+from testbed import default_config_data
 
-from baton_platform.config import (BatonConfig, ConductorConfig, OpenAIConductorConfig, TransformersConductorConfig,
-                                   VllmConductorConfig)
+from baton.v1 import common_pb2, requests_pb2
+from baton_conductor.prompt import DEFAULT_CARD, conductor_messages, question
+from baton_conductor.schema import PlanBounds, parse_plan, plan_grammar, plan_json_schema, plan_model, subtask_limits
+from baton_platform.config import (
+    BatonConfig,
+    ConductorConfig,
+    OpenAIConductorConfig,
+    TransformersConductorConfig,
+    VllmConductorConfig,
+)
 from baton_router.conductor import ConductorOutputError, build_backend
 from baton_router.conductor.common import PlanPrompter
-from baton_conductor.prompt import DEFAULT_CARD, conductor_messages, question
-from baton_conductor.schema import (PlanBounds, parse_plan, plan_grammar, plan_json_schema, plan_model,
-                                          subtask_limits)
 from baton_workflow import plan_problems
-from testbed import default_config_data
 
 NAMES = ["gemini-pro", "gemini-flash", "llama-70b"]
 

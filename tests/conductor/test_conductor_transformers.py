@@ -15,12 +15,12 @@ import time
 
 import pytest
 import pytest_asyncio
-from baton.v1 import common_pb2, requests_pb2
+from testbed import MMLU_PRO, default_config_data
 
+from baton.v1 import common_pb2, requests_pb2
 from baton_platform.config import BatonConfig
 from baton_router.conductor import ConductorOutputError, build_backend
 from baton_workflow import plan_problems
-from testbed import MMLU_PRO, default_config_data
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 

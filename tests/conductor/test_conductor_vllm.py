@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import pytest
-from baton.v1 import common_pb2, requests_pb2
+from testbed import default_config_data
 
+from baton.v1 import common_pb2, requests_pb2
 from baton_platform.config import BatonConfig
 from baton_router.conductor import ConductorUnavailable, build_backend
 from baton_router.conductor.vllm_backend import Adapter, AdapterRejected, VllmConductor
 from baton_router.planning import Planner
 from baton_workflow import plan_problems
-from testbed import default_config_data
 
 PLAN = '{"model_id": [2, 0], "subtasks": ["Draft an answer.", "Check the draft."], "access_list": [[], [0]]}'
 

@@ -22,12 +22,10 @@ import time
 from pathlib import Path
 
 from baton.v1 import common_pb2, requests_pb2
-
 from baton_platform.config import BatonConfig
-from baton_workflow import CONDUCTOR
 from baton_router.conductor.gpu_check import build_adapter, model_shape
 from baton_router.conductor.vllm_backend import VllmConductor
-from baton_workflow import plan_problems
+from baton_workflow import CONDUCTOR, plan_problems
 
 QUESTIONS = [
     "What is the derivative of x^3 * sin(x)?",

@@ -16,11 +16,10 @@ import threading
 import time
 
 import pytest
+from testbed import sandbox_available
 
 from baton_graders import grade
 from baton_graders.code import SANDBOX_UID, SandboxUnavailable
-from testbed import sandbox_available
-
 
 # A developer's machine without root may skip these; CI (root, util-linux) never does, so a sandbox
 # that stops building there fails the run instead of hiding behind a skip.
@@ -242,10 +241,10 @@ def test_a_sleeping_candidate_is_killed_at_the_wall_clock_limit():
 
 @jailed
 def test_killing_the_grader_kills_the_sandbox_even_when_the_candidate_clears_its_death_signal():
-    from baton_graders import GradingError, IsolatedGrader
-
     import glob
     import tempfile
+
+    from baton_graders import GradingError, IsolatedGrader
 
     before = sandbox_processes()
     grader = IsolatedGrader(timeout_s=2)

@@ -6,7 +6,6 @@ import pytest
 
 from baton_graders import Grade, extract_choice, extract_code, extract_math_answer, grade, parse_number
 
-
 # ---------------------------------------------------------------- dispatch and Grade
 
 

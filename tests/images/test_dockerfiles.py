@@ -118,7 +118,7 @@ def test_the_expected_images_exist():
 def test_each_dockerfile_has_its_own_dockerignore(dockerfile):
     ignore = dockerfile.with_name(dockerfile.name + ".dockerignore")
     assert ignore.exists(), f"{ignore.name} keeps .venv, .git and caches out of the build context"
-    patterns = [l.strip() for l in ignore.read_text().splitlines() if l.strip() and not l.startswith("#")]
+    patterns = [line.strip() for line in ignore.read_text().splitlines() if line.strip() and not line.startswith("#")]
     # Everything is out unless named: the dev .venv alone is gigabytes.
     assert patterns[0] == "*"
     assert {"!pyproject.toml", "!uv.lock", "!libs/", "!services/"} <= set(patterns)
@@ -126,7 +126,7 @@ def test_each_dockerfile_has_its_own_dockerignore(dockerfile):
 
 def test_the_kafka_image_context_holds_only_the_jars_and_its_start_script():
     ignore = KAFKA_IMAGE.with_name(KAFKA_IMAGE.name + ".dockerignore")
-    patterns = [l.strip() for l in ignore.read_text().splitlines() if l.strip() and not l.startswith("#")]
+    patterns = [line.strip() for line in ignore.read_text().splitlines() if line.strip() and not line.startswith("#")]
     assert patterns == ["*", "!libs/", "!log4j2.properties", "!kafka-start.sh"]
     copied = re.findall(r"^COPY (.+) /opt/kafka/", KAFKA_IMAGE.read_text(), re.M)
     assert copied == ["libs/", "log4j2.properties kafka-start.sh"]

@@ -6,8 +6,8 @@ import traceback
 import httpx
 import pytest
 
-from baton_tools.standins import reset_standin, run_standin
 from baton_executor.providers import ProviderError, build_provider
+from baton_tools.standins import reset_standin, run_standin
 
 # Shaped like a real key so that any masking or echoing by a provider would show up.
 API_KEY = "sk-test-9f8e7d6c5b4a-SECRET-0123456789abcdef"

@@ -8,10 +8,10 @@ import json
 import jsonschema
 import pytest
 
-from baton_tools.standins.server import standin_requests
 from baton_executor.answers import check_reply, finish_reason
 from baton_executor.providers import ProviderError
 from baton_executor.providers.base import AnswerSpec, ProviderCall, ToolSpec
+from baton_tools.standins.server import standin_requests
 
 KINDS = ("openai", "openai_compatible", "anthropic", "gemini")
 WEATHER = ToolSpec(name="get_weather", description="The weather in a city.", parameters={

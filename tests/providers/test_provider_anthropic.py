@@ -1,13 +1,13 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
 
-from baton_tools.standins import configure_standin, standin_requests
 from baton_executor.providers import ProviderCall, ProviderError, build_provider
+from baton_tools.standins import configure_standin, standin_requests
 
 
 def call(**overrides) -> ProviderCall:
@@ -88,7 +88,7 @@ async def test_spend_limit_429_is_final():
 
 
 async def test_retry_after_falls_back_to_ratelimit_reset_header():
-    reset = (datetime.now(timezone.utc) + timedelta(seconds=20)).isoformat().replace("+00:00", "Z")
+    reset = (datetime.now(UTC) + timedelta(seconds=20)).isoformat().replace("+00:00", "Z")
 
     def handler(request):
         headers = {"anthropic-ratelimit-tokens-remaining": "0", "anthropic-ratelimit-tokens-reset": reset}

@@ -6,9 +6,9 @@ import pickle
 import httpx
 import pytest
 
-from baton_tools.standins import run_standin
 from baton_executor.providers import Provider, ProviderCall, ProviderError, build_provider
 from baton_executor.providers.base import parse_go_duration, parse_retry_after, redact
+from baton_tools.standins import run_standin
 
 
 def test_retry_after_headers():

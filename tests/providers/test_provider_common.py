@@ -6,8 +6,8 @@ import socket
 
 import pytest
 
-from baton_tools.standins import configure_standin, standin_stats
 from baton_executor.providers import ProviderCall, ProviderError, ProviderReply
+from baton_tools.standins import configure_standin, standin_stats
 
 KINDS = ("openai", "anthropic", "gemini")
 STOP = {"openai": "stop", "anthropic": "end_turn", "gemini": "STOP"}

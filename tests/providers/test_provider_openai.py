@@ -3,8 +3,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from baton_tools.standins import run_standin, standin_requests
 from baton_executor.providers import ProviderCall, ProviderError, build_provider
+from baton_tools.standins import run_standin, standin_requests
 
 
 def call(**overrides) -> ProviderCall:

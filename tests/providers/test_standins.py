@@ -14,8 +14,8 @@ from baton_tools.standins import (
     run_standin,
     standin_stats,
 )
-from baton_tools.standins.core import limit_words, split_for_stream
 from baton_tools.standins.__main__ import main as cli_main
+from baton_tools.standins.core import limit_words, split_for_stream
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hello there"}]}
 

@@ -6,14 +6,14 @@ import asyncio
 import random
 
 import pytest
-from baton.v1 import common_pb2, requests_pb2
 
+from baton.v1 import common_pb2, requests_pb2
 from baton_platform.config import load_config
-from baton_router.conductor.policy_backend import PolicyConductor, plan_for
 from baton_policy.fastpolicy import Episode, Policy
+from baton_policy.workflows import single
+from baton_router.conductor.policy_backend import PolicyConductor, plan_for
 from baton_trainer.gate import compare, greedy, uniform
 from baton_trainer.store import PolicyStore
-from baton_policy.workflows import single
 
 MODELS = ["gemini-1.5-pro-002", "gemini-1.5-flash-002", "Meta-Llama-3_1-70B-Instruct"]
 

@@ -12,17 +12,23 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from baton.v1 import common_pb2, requests_pb2
-
-from baton_platform.config import BatonConfig, load_config
-from baton_reward_logger.episodes import EPISODE_SCHEMA
-from baton_conductor import Prompter
-from baton_conductor import render_plan
-from baton_trainer.grpo_data import (OutcomeTable, build_prompts, load_training_data, outcomes_from_episodes,
-                                     outcomes_from_matrix, query_key, read_episodes)
-from baton_trainer.grpo_reward import INVALID, RIGHT, UNKNOWN, WRONG, PlanOutcomeReward
-from baton_policy.matrix import from_rows, read_rows
 from testbed import MMLU_PRO, default_config_data
+
+from baton.v1 import common_pb2, requests_pb2
+from baton_conductor import Prompter, render_plan
+from baton_platform.config import BatonConfig, load_config
+from baton_policy.matrix import from_rows, read_rows
+from baton_reward_logger.episodes import EPISODE_SCHEMA
+from baton_trainer.grpo_data import (
+    OutcomeTable,
+    build_prompts,
+    load_training_data,
+    outcomes_from_episodes,
+    outcomes_from_matrix,
+    query_key,
+    read_episodes,
+)
+from baton_trainer.grpo_reward import INVALID, RIGHT, UNKNOWN, WRONG, PlanOutcomeReward
 
 # Matrix columns of the default config's workers, in pool order (gemini-pro, gemini-flash, llama-70b).
 COLUMNS = ["gemini-1.5-pro-002", "gemini-1.5-flash-002", "Meta-Llama-3_1-70B-Instruct"]
@@ -235,11 +241,11 @@ def test_grpo_cli_trains_a_lora_adapter_that_loads_and_prefers_the_right_worker(
     pytest.importorskip("trl")
     pytest.importorskip("peft")
     import torch
+    from grpo_tiny import tiny_qwen2, tiny_tokenizer, warm_start, worker_probabilities
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from baton_trainer.__main__ import main
-    from grpo_tiny import tiny_qwen2, tiny_tokenizer, warm_start, worker_probabilities
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the tiny model gains nothing from threads and the machine is shared

@@ -8,13 +8,13 @@ import random
 
 import numpy as np
 import pytest
-from baton.v1 import common_pb2, requests_pb2, rewards_pb2
 from trainer_synth import ACCURACY, make_rows, topic_of, write_csv
 
+from baton.v1 import common_pb2, requests_pb2, rewards_pb2
 from baton_platform.config import load_config
 from baton_policy.fastpolicy import Episode, Policy
 from baton_policy.matrix import from_rows, without
-from baton_policy.newcomers import OnlineHead, Newcomers, outcome_of
+from baton_policy.newcomers import Newcomers, OnlineHead, outcome_of
 from baton_policy.workflows import single
 from baton_router.conductor.policy_backend import PolicyConductor
 from baton_trainer import replay
@@ -182,10 +182,9 @@ def test_replay_of_a_new_workers_first_day(tmp_path):
 
 
 def test_the_policy_sees_a_requests_tools_and_training_reads_what_serving_saw(write_config, tmp_path):
+    from baton.v1 import responses_pb2
     from baton_reward_logger.episodes import episode_row
     from baton_reward_logger.rewards import Reward
-    from baton.v1 import responses_pb2
-
     from baton_workflow import policy_query
 
     # Tool requests are served well by one worker, plain ones by another: only the markers tell them apart.

@@ -1,7 +1,7 @@
 import pytest
+from testbed import DEFAULT_CONFIG, default_config_data
 
 from baton_platform.config import ConfigError, load_config
-from testbed import DEFAULT_CONFIG, default_config_data
 
 
 def test_the_shipped_default_config_is_valid_and_needs_no_key(monkeypatch):

@@ -19,8 +19,7 @@ def test_generated_contracts_are_fresh(tmp_path):
 
 
 def test_every_topic_message_is_defined_in_proto():
-    from baton.v1 import (dead_letter_pb2, feedback_pb2, policy_pb2, requests_pb2, responses_pb2, tasks_pb2,
-                          workflow_pb2)
+    from baton.v1 import dead_letter_pb2, feedback_pb2, policy_pb2, requests_pb2, responses_pb2, tasks_pb2, workflow_pb2
 
     names = {m.DESCRIPTOR.full_name for m in (
         requests_pb2.ChatRequest, workflow_pb2.WorkflowEvent, workflow_pb2.WorkflowPlanned,

@@ -1,5 +1,4 @@
 from baton.v1 import common_pb2, requests_pb2
-
 from baton_router.exploration import candidates, explores
 
 

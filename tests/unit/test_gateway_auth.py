@@ -1,12 +1,12 @@
 """API keys, tenants, scopes, rates and budgets at the gateway (no broker: the Gatekeeper alone)."""
 
 import pytest
+from testbed import default_config_data
 
 from baton_gateway.api import ApiError
 from baton_gateway.auth import ANONYMOUS, Gatekeeper
 from baton_platform.apikeys import hash_key, key_entry, mint_key, parse_key_entries
 from baton_platform.config import BatonConfig, ConfigError
-from testbed import default_config_data
 
 ACME, FEEDBACK_ONLY, SLOW = mint_key(), mint_key(), mint_key()
 

@@ -6,11 +6,11 @@ import httpx
 import openai
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
+from testbed import default_config_data
 
 from baton_gateway.main import create_app
 from baton_platform.apikeys import hash_key, mint_key
 from baton_platform.config import BatonConfig
-from testbed import default_config_data
 
 CHAT, EVAL = mint_key(), mint_key()
 

@@ -10,12 +10,12 @@ import time
 from pathlib import Path
 
 import pytest
+from testbed import default_config_data
 
+from baton_platform.config import load_config
 from baton_tools import model_servers
 from baton_tools.procs import group_alive, stop_groups
 from baton_tools.stack import plan_model_servers
-from baton_platform.config import load_config
-from testbed import default_config_data
 
 INSTALL = model_servers.VllmInstall(python=Path("vllm-env/bin/python"), default_model=Path("models/smollm2"))
 

@@ -8,15 +8,15 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from baton.v1 import common_pb2, requests_pb2, responses_pb2
 from prometheus_client import CollectorRegistry, Counter
+from testbed import MMLU_PRO
 
+from baton.v1 import common_pb2, requests_pb2, responses_pb2
 from baton_graders import EvalItem, EvalRegistry, EvalSetError, GradingError, IsolatedGrader
 from baton_platform.config import ConfigError, load_config
 from baton_reward_logger.episodes import EPISODE_SCHEMA, DatasetWriter
 from baton_reward_logger.handlers import Sink, response_row_maker
 from baton_reward_logger.rewards import score
-from testbed import MMLU_PRO
 
 
 def response(answer: str, metadata: dict, rid: str = "r1") -> responses_pb2.Response:

@@ -3,10 +3,10 @@ import csv
 import sys
 
 import pytest
+from testbed import MMLU_PRO
 
 from baton_executor.providers.base import ProviderCall, ProviderError
 from baton_executor.providers.sim import OutcomeMatrix, SimProvider
-from testbed import MMLU_PRO
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 from baton.v1 import responses_pb2
-
 from baton_executor.deltas import DeltaBatcher
 
 

@@ -4,7 +4,6 @@ different answer than the one the workflow settled on."""
 from __future__ import annotations
 
 from baton.v1 import responses_pb2
-
 from baton_gateway.streaming import StreamedAnswer
 
 

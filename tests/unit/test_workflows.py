@@ -1,5 +1,4 @@
 from baton.v1 import common_pb2, requests_pb2, workflow_pb2
-
 from baton_platform.config import load_config
 from baton_synthesizer.workflows import Dispatch, Finish, Workflows
 from baton_workflow import Plan, to_proto

@@ -2,7 +2,14 @@
 router, which runs the conductor, and the trainer, which trains it."""
 
 from baton_conductor.prompter import Prompter
-from baton_conductor.schema import ConductorOutputError, PlanBounds, parse_plan, plan_grammar, plan_json_schema, render_plan
+from baton_conductor.schema import (
+           ConductorOutputError,
+           PlanBounds,
+           parse_plan,
+           plan_grammar,
+           plan_json_schema,
+           render_plan,
+)
 
 __all__ = ["ConductorOutputError", "PlanBounds", "Prompter", "parse_plan", "plan_grammar", "plan_json_schema",
            "render_plan"]

@@ -12,9 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from baton.v1 import requests_pb2
-from baton_workflow import query_text
-
 from baton_conductor.schema import PlanBounds, render_plan
+from baton_workflow import query_text
 
 DEFAULT_CARD = "A general-purpose model."
 

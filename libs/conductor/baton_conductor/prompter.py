@@ -6,13 +6,17 @@ from __future__ import annotations
 import dataclasses
 
 from baton.v1 import requests_pb2
-from baton_platform.config import BatonConfig
-from baton_workflow import CONDUCTOR
-from baton_workflow import Plan
-
-from baton_conductor.prompt import (CONDUCTOR_CARD, cards_from, conductor_messages, conversation, inner_context,
-                                   tools_note)
+from baton_conductor.prompt import (
+    CONDUCTOR_CARD,
+    cards_from,
+    conductor_messages,
+    conversation,
+    inner_context,
+    tools_note,
+)
 from baton_conductor.schema import PlanBounds, parse_plan
+from baton_platform.config import BatonConfig
+from baton_workflow import CONDUCTOR, Plan
 
 
 class Prompter:

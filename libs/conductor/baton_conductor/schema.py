@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Annotated, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
@@ -69,8 +69,8 @@ def plan_model(bounds: PlanBounds) -> type[BaseModel]:
     subtask = Annotated[str, Field(min_length=1, max_length=bounds.max_subtask_chars)]
     # A step may read at most the steps before it, so an access list has at most max_steps - 1 entries.
     earlier = Annotated[int, Field(ge=0, le=max(bounds.max_steps - 2, 0))]
-    access = Union[Literal["all"], Annotated[list[earlier], Field(max_length=bounds.max_steps - 1)]]
-    steps = {"min_length": 0 if bounds.allow_empty else 1, "max_length": bounds.max_steps}
+    access = Literal["all"] | Annotated[list[earlier], Field(max_length=bounds.max_steps - 1)]
+    steps: dict[str, Any] = {"min_length": 0 if bounds.allow_empty else 1, "max_length": bounds.max_steps}
     return create_model(
         "ConductorPlan",
         __config__=ConfigDict(extra="forbid"),
@@ -181,7 +181,7 @@ def parse_plan(text: str, worker_names: list[str], bounds: PlanBounds) -> Plan:
     relaxed = PlanBounds(bounds.pool_size, max(bounds.max_steps, *lengths.values(), 1), bounds.max_subtask_chars,
                          allow_empty=bounds.allow_empty)
     try:
-        parsed = plan_model(relaxed).model_validate(data)
+        parsed: Any = plan_model(relaxed).model_validate(data)
     except ValidationError as e:
         problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'plan'}: {err['msg']}" for err in e.errors())
         raise ConductorOutputError(f"conductor output does not fit the plan schema: {problems}", text=text) from None

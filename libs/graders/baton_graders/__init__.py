@@ -56,7 +56,6 @@ def grade(grader: str, answer: str, reference: str, **opts) -> Grade:
 from .evalsets import EVAL_METADATA_KEY, EvalItem, EvalRegistry, EvalSetError  # noqa: E402 - uses GRADERS
 from .isolation import IsolatedGrader  # noqa: E402
 
-
 __all__ = [
     "EVAL_METADATA_KEY",
     "GRADERS",

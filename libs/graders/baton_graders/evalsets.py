@@ -88,7 +88,7 @@ class EvalRegistry:
         self._sets = {name: dict(items) for name, items in (sets or {}).items()}
 
     @classmethod
-    def load(cls, sources: Mapping[str, tuple[str | os.PathLike, str | None]]) -> "EvalRegistry":
+    def load(cls, sources: Mapping[str, tuple[str | os.PathLike, str | None]]) -> EvalRegistry:
         """``{name: (path, default grader or None)}`` -> a registry; raises EvalSetError."""
         return cls({name: load_eval_set(EvalSetSource(name, Path(path), grader))
                     for name, (path, grader) in sources.items()})

@@ -63,7 +63,8 @@ class IsolatedGrader:
             proc.wait()
             for pipe in (proc.stdin, proc.stdout):
                 try:
-                    pipe.close()
+                    if pipe is not None:
+                        pipe.close()
                 except OSError:
                     pass
         if scratch is not None:
@@ -76,6 +77,7 @@ class IsolatedGrader:
             self._kill()
 
     def _read_line(self, proc: subprocess.Popen, deadline: float) -> bytes | None:
+        assert proc.stdout is not None  # started with stdout=PIPE
         fd = proc.stdout.fileno()
         while b"\n" not in self._buffer:
             left = deadline - time.monotonic()
@@ -96,6 +98,7 @@ class IsolatedGrader:
         with self._lock:
             proc = self._proc if self._proc is not None and self._proc.poll() is None else self._start()
             deadline = time.monotonic() + self.timeout_s
+            assert proc.stdin is not None  # started with stdin=PIPE
             try:
                 proc.stdin.write(request)
                 proc.stdin.flush()

@@ -10,12 +10,13 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Literal, Union, get_args
+from typing import Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from baton_workflow import CONDUCTOR
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from baton_workflow import CONDUCTOR
 
 Provider = Literal["openai", "anthropic", "gemini", "openai_compatible", "sim"]
 PROVIDERS: tuple[str, ...] = get_args(Provider)
@@ -107,7 +108,7 @@ class WorkerConfig(_Strict):
         default=None, description="Start a local model server for this worker (the local launcher only).")
 
     @model_validator(mode="after")
-    def _provider_needs(self) -> "WorkerConfig":
+    def _provider_needs(self) -> WorkerConfig:
         if self.provider == "sim" and self.sim is None:
             raise ValueError("provider 'sim' needs a `sim:` section with a `dataset` path")
         if self.provider == "openai_compatible" and not self.base_url:
@@ -117,7 +118,7 @@ class WorkerConfig(_Strict):
         return self
 
 
-AccessSpec = Union[Literal["all"], list[int]]
+AccessSpec = Literal["all"] | list[int]
 
 
 class StaticPlan(_Strict):
@@ -128,7 +129,7 @@ class StaticPlan(_Strict):
     access: list[AccessSpec]
 
     @model_validator(mode="after")
-    def _equal_lengths(self) -> "StaticPlan":
+    def _equal_lengths(self) -> StaticPlan:
         if not (len(self.workers) == len(self.subtasks) == len(self.access)):
             raise ValueError(
                 f"workers, subtasks and access must have equal lengths "
@@ -231,7 +232,7 @@ class VllmConductorConfig(_Strict):
         "'xgrammar' for 'grammar'.")
 
     @model_validator(mode="after")
-    def _default_is_known(self) -> "VllmConductorConfig":
+    def _default_is_known(self) -> VllmConductorConfig:
         if self.default_adapter is not None and self.default_adapter not in self.adapters:
             raise ValueError(f"default_adapter {self.default_adapter!r} is not one of adapters {sorted(self.adapters)}")
         return self
@@ -283,7 +284,7 @@ class ConductorConfig(_Strict):
                                           description="Settings of the 'policy' backend.")
 
     @model_validator(mode="after")
-    def _backend_has_settings(self) -> "ConductorConfig":
+    def _backend_has_settings(self) -> ConductorConfig:
         if self.backend == "openai" and self.openai is None:
             raise ValueError("conductor.backend 'openai' needs a `conductor.openai:` section (base_url, model)")
         if self.backend == "vllm" and self.vllm is None:
@@ -337,7 +338,7 @@ class TenantKey(_Strict):
     """One API key of a tenant, by its hash: the key itself is shown once by `baton keys create`."""
 
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="SHA-256 of the key, lowercase hex.")
-    scopes: list[Scope] = Field(default_factory=lambda: ["chat"], min_length=1,
+    scopes: list[Scope] = Field(default_factory=lambda: list[Scope](["chat"]), min_length=1,
                                 description="'chat': chat completions and models; 'feedback': POST /v1/feedback; "
                                 "'eval': a chat request may name an evaluation item (metadata baton_eval), "
                                 "whose graded reward trains the routing policy.")
@@ -478,7 +479,7 @@ class BatonConfig(BaseSettings):
         return workers
 
     @model_validator(mode="after")
-    def _references(self) -> "BatonConfig":
+    def _references(self) -> BatonConfig:
         names = {w.name for w in self.workers}
         if CONDUCTOR in names:
             raise ValueError(f"worker name {CONDUCTOR!r} is reserved for the conductor itself")
@@ -582,16 +583,20 @@ def _resolve_paths(config: BatonConfig, base: Path) -> BatonConfig:
     so a config works from any directory. The dataset directory is an output: relative to where the
     reward logger runs."""
 
-    def resolved(path: Path | None) -> Path | None:
-        return path if path is None or path.is_absolute() else (base / path).resolve()
+    def resolved(path: Path) -> Path:
+        return path if path.is_absolute() else (base / path).resolve()
+
+    def maybe_resolved(path: Path | None) -> Path | None:
+        return None if path is None else resolved(path)
 
     for w in config.workers:
         if w.sim is not None:
             w.sim.dataset = resolved(w.sim.dataset)
         if w.local_server is not None:
-            w.local_server.model_path = resolved(w.local_server.model_path)
+            w.local_server.model_path = maybe_resolved(w.local_server.model_path)
     transformers = config.conductor.transformers
-    transformers.model_path, transformers.cache_dir = resolved(transformers.model_path), resolved(transformers.cache_dir)
+    transformers.model_path = maybe_resolved(transformers.model_path)
+    transformers.cache_dir = maybe_resolved(transformers.cache_dir)
     if config.conductor.vllm is not None:
         vllm = config.conductor.vllm
         vllm.adapters = {name: resolved(path) for name, path in vllm.adapters.items()}

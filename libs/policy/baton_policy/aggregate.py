@@ -27,7 +27,7 @@ _OPTION = re.compile(r"(?:^|\n)\s*\(?([A-J])[.)]\s+(.*)")
 
 def parse_options(prompt: str) -> dict[str, str]:
     """Option letter -> option text for prompts that list options as ``A. ...`` lines."""
-    found = {}
+    found: dict[str, str] = {}
     for m in _OPTION.finditer(prompt):
         found.setdefault(m.group(1), m.group(2).strip())
     return found
@@ -146,6 +146,7 @@ class PanelAggregator:
             f[:, col + 3] = share * top
             col += 4
             if self.use_lengths:
+                assert z is not None  # lengths were given (use_lengths)
                 f[:, col : col + k] = votes * z[i]
                 f[:, col + k : col + 2 * k] = votes * z[i] ** 2
                 col += 2 * k
@@ -160,7 +161,8 @@ class PanelAggregator:
                     f[:, col] = np.where(present, (lens - mu) / sd, 0.0)
                     f[:, col + 1] = present & (lens == lens[present].max())
                 col += 2
-            j = eval_index.get(eval_names[i]) if eval_names[i] else None
+            name = eval_names[i]
+            j = eval_index.get(name) if name else None
             e = len(self.eval_names)
             if j is not None:
                 f[:, col + j * k : col + (j + 1) * k] = votes

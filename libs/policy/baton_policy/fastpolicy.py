@@ -41,6 +41,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -489,7 +490,7 @@ class Policy:
     def save(self, path: str | Path) -> Path:
         out = Path(path)
         out.mkdir(parents=True, exist_ok=True)
-        arrays: dict[str, np.ndarray] = {
+        arrays: dict[str, Any] = {
             **self.featurizer.arrays(),
             "value_coef": self.value_model.coef,
             "value_intercept": self.value_model.intercept,

@@ -66,6 +66,12 @@ class OutcomeMatrix:
     def has_answers(self) -> bool:
         return self.answers is not None
 
+    def answer_columns(self, what: str) -> np.ndarray:
+        """The recorded answers, for `what` needs them; a clear error when the file has none."""
+        if self.answers is None:
+            raise ValueError(f"{what} needs <model>|answer columns")
+        return self.answers
+
     def cost_description(self) -> str:
         text = _COST_SOURCE_TEXT[self.cost_source]
         if self.cost_source == COST_UNIT:

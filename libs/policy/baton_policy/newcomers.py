@@ -32,7 +32,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
 from scipy.special import log_ndtr, ndtr, ndtri
 
 from .fastpolicy import Choice, Policy

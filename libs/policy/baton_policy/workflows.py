@@ -115,7 +115,7 @@ def _answer_scores(matrix: OutcomeMatrix, cols: list[int], preds: Sequence[str])
         for i, p in enumerate(preds):
             out[i] = 1.0 if p and p == matrix.reference[i] else 0.0
         return out
-    answers = matrix.answers[:, cols]
+    answers = matrix.answer_columns("scoring a panel's answer")[:, cols]
     scores = matrix.scores[:, cols]
     for i, p in enumerate(preds):
         if p:
@@ -143,14 +143,13 @@ def fit_aggregator(
 ) -> PanelAggregator:
     """``reliability``: optional [n, models] predicted P(model right | prompt), columns in
     ``matrix.models`` order; predictions for training rows should be out of fold."""
-    if not matrix.has_answers:
-        raise ValueError("learned panels need <model>|answer columns")
+    all_answers = matrix.answer_columns("a learned panel")
     cols = _columns(matrix, workers)
-    answers = matrix.answers[:, cols]
+    answers = all_answers[:, cols]
     lengths = matrix.output_chars[:, cols] if matrix.output_chars is not None else None
     agg = PanelAggregator(
         workers,
-        letters=is_letter_task(matrix.answers),
+        letters=is_letter_task(all_answers),
         eval_names=sorted({e for e in matrix.eval_names if e}),
         use_lengths=lengths is not None,
         l2=l2,
@@ -189,7 +188,7 @@ def evaluate_workflows(
             cols = _columns(matrix, workers)
             lengths = matrix.output_chars[:, cols] if matrix.output_chars is not None else None
             rel = reliability[:, cols] if (reliability is not None and agg.use_reliability) else None
-            learned_cache[workers] = agg.predict(matrix.answers[:, cols], lengths, matrix.prompts, matrix.eval_names, rel)
+            learned_cache[workers] = agg.predict(matrix.answer_columns("a learned panel")[:, cols], lengths, matrix.prompts, matrix.eval_names, rel)
         return learned_cache[workers]
 
     for a, w in enumerate(workflows):
@@ -199,9 +198,7 @@ def evaluate_workflows(
             costs[:, a] = matrix.costs[:, cols[0]]
             calls[:, a] = 1
             continue
-        if not matrix.has_answers:
-            raise ValueError(f"workflow {w.name} needs <model>|answer columns")
-        answers = matrix.answers[:, cols]
+        answers = matrix.answer_columns(f"workflow {w.name}")[:, cols]
         if w.kind == "vote":
             preds = [plurality(list(answers[i])) for i in range(n)]
             scores[:, a] = _answer_scores(matrix, cols, preds)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, Union
+from typing import Literal
 
-from baton.v1 import workflow_pb2
 from pydantic import BaseModel, ConfigDict, Field
 
-Access = Union[Literal["all"], list[int]]
+from baton.v1 import workflow_pb2
+
+Access = Literal["all"] | list[int]
 
 # The reserved worker name of the conductor itself. A step given to it goes to no provider: the
 # conductor is asked again, with the workflow so far, and keeps or corrects the answer.

@@ -6,7 +6,8 @@ import time
 
 from baton.v1 import common_pb2, tasks_pb2, workflow_pb2
 from opentelemetry.trace import Tracer
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_random_exponential
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, stop_any, wait_random_exponential
+from tenacity.stop import stop_base
 
 from baton_platform.config import WorkerConfig
 from baton_workflow import turn
@@ -30,6 +31,16 @@ def _wait(state: RetryCallState) -> float:
     hint = e.retry_after_s if isinstance(e, ProviderError) and e.retry_after_s else 0.0
     return max(base, hint)
 
+
+
+class _OutOfTime(stop_base):
+    """Stops retrying when the next attempt would start after the step's deadline."""
+
+    def __init__(self, deadline: float | None) -> None:
+        self.deadline = deadline
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        return self.deadline is not None and time.time() + _wait(retry_state) >= self.deadline
 
 class StepRunner:
     def __init__(self, workers: dict[str, Provider], configs: dict[str, WorkerConfig], limits: dict[str, WorkerLimits],
@@ -79,11 +90,8 @@ class StepRunner:
                                  deltas: DeltaBatcher | None) -> ProviderReply:
         deadline = task.deadline_unix_ms / 1000 if task.deadline_unix_ms else None
 
-        def out_of_time(state: RetryCallState) -> bool:
-            return deadline is not None and time.time() + _wait(state) >= deadline
-
         retrying = AsyncRetrying(retry=retry_if_exception(_retryable), wait=_wait, reraise=True,
-                                 stop=stop_after_attempt(self._max_attempts) | out_of_time)
+                                 stop=stop_any(stop_after_attempt(self._max_attempts), _OutOfTime(deadline)))
         async for attempt in retrying:
             with attempt:
                 return await self._call_once(task, worker, deadline, deltas)

@@ -91,7 +91,7 @@ class Pacer:
 
     def _credit(self) -> float:
         """Seconds of rate that may have accumulated unused: one unit, or `credit_s` if more."""
-        return max(1.0 / self._rate, self._credit_s)
+        return max(1.0 / self._rate, self._credit_s) if self._rate else self._credit_s
 
     def try_take(self, units: float = 1.0) -> float:
         """Take `units` now and return 0, or return the seconds until they could be taken."""

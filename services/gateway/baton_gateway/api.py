@@ -100,7 +100,7 @@ def check_eval_item(metadata: dict[str, str]) -> None:
 
 
 def wants_eval(metadata: dict[str, str] | None) -> bool:
-    return bool(metadata) and EVAL_METADATA_KEY in metadata
+    return metadata is not None and EVAL_METADATA_KEY in metadata
 
 
 BUDGET_KEYS = {"baton_max_cost_usd": "max_cost_usd", "baton_max_calls": "max_calls"}

@@ -84,7 +84,7 @@ def openapi_document(models: set[str] | frozenset[str] = frozenset({DEFAULT_POLI
         "properties": {"object": {"const": "feedback"}, "response_id": {"type": "string"},
                        "accepted": {"const": True}}}
     ref = lambda name: {"$ref": _REF.format(model=name)}  # noqa: E731
-    public = {"security": []}
+    public: dict[str, list] = {"security": []}
     health = {"get": {**public, "responses": {
         "200": _json("Healthy.", {"type": "object"}), "503": _json("Not ready.", {"type": "object"})}}}
     return {

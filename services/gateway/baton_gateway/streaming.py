@@ -90,4 +90,6 @@ class ClosingStreamingResponse(StreamingResponse):
         try:
             await super().__call__(scope, receive, send)
         finally:
-            await self.body_iterator.aclose()
+            aclose = getattr(self.body_iterator, "aclose", None)  # an async generator's
+            if aclose is not None:
+                await aclose()

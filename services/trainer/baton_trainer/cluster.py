@@ -64,7 +64,7 @@ class KubernetesJobs:
 
     def episodes_at_last_launch(self, namespace: str) -> int:
         jobs = self._batch.list_namespaced_job(namespace, label_selector=LAST_RUN_LABEL)
-        counts = [int(j.metadata.labels[LAST_RUN_LABEL]) for j in jobs.items]
+        counts = [int((j.metadata.labels or {})[LAST_RUN_LABEL]) for j in jobs.items if j.metadata]
         return max(counts, default=0)
 
     def launch(self, spec: GrpoJobSpec, episodes: int) -> str:
@@ -93,6 +93,7 @@ class KubernetesJobs:
                 spec=c.V1PodSpec(restart_policy="Never", containers=[container], volumes=volumes,
                                  service_account_name=spec.service_account))))
         created = self._batch.create_namespaced_job(spec.namespace, job)
+        assert created.metadata is not None and created.metadata.name  # the API server names what it creates
         return created.metadata.name
 
 

@@ -202,7 +202,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from baton_platform.config import ConfigError, load_config
-
     from baton_policy.matrix import load_matrix
 
     if not args.episodes and not args.matrix:

@@ -32,8 +32,8 @@ from baton.v1 import common_pb2, requests_pb2
 from baton_conductor import PlanBounds, Prompter
 from baton_graders import GradingError, grade
 from baton_platform.config import BatonConfig, WorkerConfig
-from baton_workflow import CONDUCTOR
 from baton_policy.matrix import COST_CHARS, COST_TOTAL, OutcomeMatrix, group_key
+from baton_workflow import CONDUCTOR
 
 # The sim executor's estimate of characters per token, used to price a matrix that records characters.
 CHARS_PER_TOKEN = 4

@@ -26,9 +26,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from baton_workflow import CONDUCTOR
 from baton_conductor import ConductorOutputError, PlanBounds, parse_plan
-from baton_workflow import Plan, plan_problems
+from baton_workflow import CONDUCTOR, Plan, plan_problems
 
 from .grpo_data import OutcomeTable
 

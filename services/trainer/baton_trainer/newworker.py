@@ -19,7 +19,6 @@ from baton_policy.fastpolicy import Policy
 from baton_policy.matrix import OutcomeMatrix, without
 from baton_policy.newcomers import Newcomers
 from baton_policy.workflows import Workflow, candidate_workflows, evaluate_workflows
-
 from baton_trainer.replay import _r
 
 WINDOWS = 10

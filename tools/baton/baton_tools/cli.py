@@ -7,8 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from baton_platform.config import ConfigError, load_config
-
+from baton_platform.config import ConfigError
 from baton_tools.stack import REPO_ROOT, Stack, config_path, down
 
 RUN_DIR = Path(os.environ.get("BATON_RUN_DIR") or REPO_ROOT / ".baton" / "run")

@@ -15,7 +15,6 @@ import openai
 
 from baton_platform.config import BatonConfig
 
-
 FREE_QUESTIONS = ("What is the capital of France?", "Name the largest planet of the solar system.",
                   "What is 17 * 23?")
 

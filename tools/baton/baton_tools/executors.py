@@ -11,11 +11,11 @@ from pathlib import Path
 
 import httpx
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from baton.v1 import workflow_pb2
 
-from baton_tools import procs
+from baton.v1 import workflow_pb2
 from baton_platform import topics
 from baton_platform.kafka import partition_ids
+from baton_tools import procs
 
 _SHARE = re.compile(r"^baton_executor_limit_share\{[^}]*\} ([0-9.e+-]+)$", re.M)
 

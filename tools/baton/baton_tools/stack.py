@@ -18,7 +18,6 @@ from pathlib import Path
 
 from baton_platform import topics
 from baton_platform.config import BatonConfig, load_config
-
 from baton_tools import kafka as kafka_harness
 from baton_tools import model_servers, procs
 
@@ -96,13 +95,13 @@ def plan_model_servers(config: BatonConfig, echo=print) -> list[ServiceProc]:
                                f"(another model server, or a stack still up: `make down`)")
     echo("setting up the local model server (vLLM, CPU build; cached after the first time)...")
     install = model_servers.ensure_vllm(echo)
-    procs = []
+    servers = []
     for w in served:
         argv, env = model_servers.vllm_command(w, install)
         _, port = model_servers.listen_address(w)
-        procs.append(ServiceProc(f"model-{w.name}", "vllm", port, argv=argv, env=env, ready_path="/health",
-                                 start_timeout_s=w.local_server.start_timeout_s))
-    return procs
+        servers.append(ServiceProc(f"model-{w.name}", "vllm", port, argv=argv, env=env, ready_path="/health",
+                                   start_timeout_s=w.local_server.start_timeout_s))
+    return servers
 
 
 class Stack:
@@ -119,6 +118,7 @@ class Stack:
         self.kafka: kafka_harness.LocalKafka | None = None
         self.services: list[ServiceProc] = []
         self._children: list[subprocess.Popen] = []
+        self._kafka_pidfile: str | None = None  # the broker of a stack attached to (`attach`)
 
     @property
     def state_file(self) -> Path:
@@ -130,7 +130,7 @@ class Stack:
 
     # -- start ---------------------------------------------------------------------------------
 
-    def start(self, *, detach: bool = False, timeout: float = 180, echo=print) -> "Stack":
+    def start(self, *, detach: bool = False, timeout: float = 180, echo=print) -> Stack:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "logs").mkdir(exist_ok=True)
         try:
@@ -206,7 +206,7 @@ class Stack:
     def _write_state(self) -> None:
         state = {
             "bootstrap_servers": self.bootstrap_servers,
-            "kafka_pidfile": str(self.kafka.pidfile) if self.kafka else getattr(self, "_kafka_pidfile", None),
+            "kafka_pidfile": str(self.kafka.pidfile) if self.kafka else self._kafka_pidfile,
             # What a restart of one service needs to start it as `up` did.
             "config_file": str(self.config_file),
             "dataset_dir": str(self.dataset_dir),
@@ -245,7 +245,7 @@ class Stack:
         return svc
 
     @classmethod
-    def attach(cls, run_dir: Path) -> "Stack":
+    def attach(cls, run_dir: Path) -> Stack:
         """The detached stack recorded in run_dir (by `baton up`), to restart one of its services."""
         state_file = Path(run_dir) / "stack.json"
         if not state_file.exists():

@@ -6,8 +6,8 @@ import asyncio
 import time
 
 from aiokafka import AIOKafkaProducer
-from baton.v1 import common_pb2, tasks_pb2
 
+from baton.v1 import common_pb2, tasks_pb2
 from baton_platform import topics
 
 

@@ -24,8 +24,8 @@ import openai
 import yaml
 from tqdm import tqdm
 
-from baton_tools.stack import REPO_ROOT, Stack
 from baton_tools.procs import free_port
+from baton_tools.stack import REPO_ROOT, Stack
 
 # One strong, dear model and three small cheap ones: the policy has to learn which to trust.
 WORKERS = [  # name, matrix column, price per Mtok (in, out)
@@ -58,7 +58,8 @@ def questions(dataset: Path) -> tuple[list[dict], list[dict]]:
     csv.field_size_limit(sys.maxsize)
     with dataset.open(newline="", encoding="utf-8") as f:
         rows = [r for r in csv.DictReader(f) if r.get("answer")]
-    train, fresh = [], []
+    train: list[dict[str, str]] = []
+    fresh: list[dict[str, str]] = []
     for r in rows:
         h = int.from_bytes(hashlib.blake2b(r["prompt"].encode(), digest_size=8).digest(), "big") / 2**64
         (fresh if h < 0.3 else train).append(r)
@@ -146,7 +147,7 @@ def run_train_demo(run_dir: Path, n_train: int = 500, n_fresh: int = 200, out=pr
               "version": version, "single_workers_on_fresh": singles}
     out(f"\nuniform exploration (training questions): accuracy {before['accuracy']:.1%}")
     if after:
-        top = max(singles, key=singles.get)
+        top = max(singles, key=lambda name: singles[name])
         out(f"learned policy {version} (fresh questions):   accuracy {after['accuracy']:.1%}, "
             f"${after['cost_per_query']:.6f} per query")
         out(f"best single worker on the fresh questions ({top}): {singles[top]:.1%}")

@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import httpx
 
 from ._http import HttpProvider, arguments_object, int_or_zero, iter_sse, tool_turns
-from .base import (AnswerSpec, ProviderCall, ProviderError, ProviderReply, ToolCall, parse_retry_after,
-                   parse_rfc3339_delay, sampling_fields)
+from .base import (
+    AnswerSpec,
+    ProviderCall,
+    ProviderError,
+    ProviderReply,
+    ToolCall,
+    parse_retry_after,
+    parse_rfc3339_delay,
+    sampling_fields,
+)
 
 ANTHROPIC_VERSION = "2023-06-01"
 # Anthropic requires max_tokens even when the caller configured no default.
@@ -59,7 +68,7 @@ def _spec_fields(spec: AnswerSpec) -> dict[str, Any]:
     if spec.tools:
         body["tools"] = [{"name": t.name, **({"description": t.description} if t.description else {}),
                           "input_schema": t.parameters, **({"strict": True} if t.strict else {})} for t in spec.tools]
-    choice = {"auto": {"type": "auto"}, "none": {"type": "none"}, "required": {"type": "any"},
+    choice: dict[str, Any] | None = {"auto": {"type": "auto"}, "none": {"type": "none"}, "required": {"type": "any"},
               "function": {"type": "tool", "name": spec.tool_choice_name}}.get(spec.tool_choice)
     if spec.parallel_tool_calls is False and spec.tool_choice != "none":
         choice = {**(choice or {"type": "auto"}), "disable_parallel_tool_use": True}

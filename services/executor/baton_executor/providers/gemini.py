@@ -8,14 +8,24 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 from urllib.parse import quote
 
 import httpx
 
 from ._http import HttpProvider, arguments_object, int_or_zero, iter_sse, tool_turns
-from .base import (AnswerSpec, ProviderCall, ProviderError, ProviderReply, TokenLogprob, ToolCall, parse_go_duration,
-                   parse_retry_after, sampling_fields)
+from .base import (
+    AnswerSpec,
+    ProviderCall,
+    ProviderError,
+    ProviderReply,
+    TokenLogprob,
+    ToolCall,
+    parse_go_duration,
+    parse_retry_after,
+    sampling_fields,
+)
 
 _CONTEXT_OVERFLOW = re.compile(
     r"exceeds the maximum number of tokens|token count.*exceed|exceeds the context window|too many tokens",

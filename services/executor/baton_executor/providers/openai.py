@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import httpx
 
 from ._http import HttpProvider, int_or_zero, iter_sse
-from .base import (AnswerSpec, ProviderCall, ProviderError, ProviderReply, TokenLogprob, ToolCall, parse_go_duration,
-                   parse_retry_after, sampling_fields)
+from .base import (
+    AnswerSpec,
+    ProviderCall,
+    ProviderError,
+    ProviderReply,
+    TokenLogprob,
+    ToolCall,
+    parse_go_duration,
+    parse_retry_after,
+    sampling_fields,
+)
 
 _CONTEXT_OVERFLOW = re.compile(
     r"maximum context length|context_length_exceeded|maximum model length|context window|"

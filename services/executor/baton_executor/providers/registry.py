@@ -12,9 +12,9 @@ from pathlib import Path
 
 import httpx
 
-from baton_platform.config import BatonConfig, WorkerConfig
 from baton_executor.providers.base import PROVIDER_KINDS, Provider, build_provider
 from baton_executor.providers.sim import OutcomeMatrix, SimProvider
+from baton_platform.config import BatonConfig, WorkerConfig
 
 
 class MissingApiKey(ValueError):

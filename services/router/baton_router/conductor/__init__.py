@@ -1,8 +1,7 @@
+from baton_conductor import ConductorOutputError
 from baton_platform.config import BatonConfig
-
 from baton_router.conductor.base import ConductorBackend, Proposal
 from baton_router.conductor.common import ConductorUnavailable
-from baton_conductor import ConductorOutputError
 from baton_router.conductor.static import StaticConductor
 
 

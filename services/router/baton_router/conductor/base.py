@@ -9,7 +9,6 @@ from typing import Protocol
 from baton.v1 import requests_pb2
 from baton_workflow import Plan
 
-
 # An inner call's answer that keeps the answer so far (and the fallback when its plan is invalid).
 KEEP = Plan(workers=[], subtasks=[], access=[])
 

@@ -25,7 +25,6 @@ import math
 from collections.abc import Sequence
 
 from baton_conductor import ConductorOutputError, PlanBounds, Prompter
-
 from baton_router.conductor.base import Proposal
 
 

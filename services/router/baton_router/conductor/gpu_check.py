@@ -29,11 +29,11 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from baton.v1 import common_pb2, requests_pb2
-
-from baton_platform.config import BatonConfig
 from baton_conductor.prompt import EXAMPLE, SYSTEM
+from baton_platform.config import BatonConfig
 from baton_workflow import plan_problems
 
 CHAT_TEMPLATE = (
@@ -231,13 +231,13 @@ async def load(model: Path, levels: list[int], requests: int) -> dict:
     conductor = VllmConductor(config)
     t = time.perf_counter()
     await conductor.start()
-    out = {"model": str(model), "engine_start_s": round(time.perf_counter() - t, 1), "levels": []}
+    out: dict[str, Any] = {"model": str(model), "engine_start_s": round(time.perf_counter() - t, 1), "levels": []}
     workers = [w["name"] for w in WORKERS]
     for level in levels:
         gate = asyncio.Semaphore(level)
         latencies: list[float] = []
 
-        async def one(i: int):
+        async def one(i: int, gate: asyncio.Semaphore = gate, level: int = level, latencies: list[float] = latencies):
             async with gate:
                 started = time.perf_counter()
                 try:

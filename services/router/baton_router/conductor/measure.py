@@ -20,12 +20,11 @@ import time
 from pathlib import Path
 
 import yaml
-from baton.v1 import common_pb2, requests_pb2
 
+from baton.v1 import common_pb2, requests_pb2
 from baton_platform.config import BatonConfig, load_config
-from baton_workflow import CONDUCTOR
 from baton_router.conductor import ConductorOutputError, build_backend
-from baton_workflow import plan_problems
+from baton_workflow import CONDUCTOR, plan_problems
 
 
 def read_questions(path: Path, n: int, max_chars: int) -> list[dict[str, str]]:

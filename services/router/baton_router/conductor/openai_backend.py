@@ -15,12 +15,12 @@ from __future__ import annotations
 import os
 
 import httpx
-from baton.v1 import requests_pb2
-from baton_platform.config import BatonConfig
 
+from baton.v1 import requests_pb2
+from baton_conductor import plan_json_schema
+from baton_platform.config import BatonConfig
 from baton_router.conductor.base import Proposal
 from baton_router.conductor.common import PlanPrompter, log_propensity
-from baton_conductor import plan_json_schema
 
 
 class ConductorServerError(RuntimeError):

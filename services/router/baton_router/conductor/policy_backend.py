@@ -17,11 +17,17 @@ import logging
 import random
 from collections import deque
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
 from baton.v1 import requests_pb2, rewards_pb2
 from baton_platform.config import BatonConfig
 from baton_workflow import Plan, policy_query, query_text
+
+if TYPE_CHECKING:  # scikit-learn and scipy load only when a policy does
+    from baton_policy.fastpolicy import Policy
+    from baton_policy.newcomers import Newcomers
 
 from baton_router.conductor.base import KEEP, Proposal
 
@@ -39,8 +45,8 @@ RECENT_REWARDS = 50_000
 class Loaded:
     version: str
     uri: str
-    policy: object  # baton_policy.fastpolicy.Policy; imported lazily (scikit-learn)
-    newcomers: object | None = None  # baton_policy.newcomers.Newcomers, when the workers differ
+    policy: Policy
+    newcomers: Newcomers | None = None  # when the workers differ from those the policy was trained on
 
 
 class PolicyConductor:
@@ -70,8 +76,8 @@ class PolicyConductor:
 
     def load(self, uri: str, version: str) -> None:
         """Load a published policy and serve it from the next request on."""
-        from baton_policy.fastpolicy import Policy
         from baton_policy import local_copy
+        from baton_policy.fastpolicy import Policy
 
         policy = Policy.load(local_copy(uri))
         loaded = Loaded(version, uri, policy, self._newcomers(policy, version))
@@ -115,6 +121,7 @@ class PolicyConductor:
 
     @staticmethod
     def _apply(loaded: Loaded, reward: rewards_pb2.Reward) -> bool:
+        assert loaded.newcomers is not None
         return loaded.newcomers.update(reward.query, reward.eval_name or None, reward.action, reward.quality,
                                        reward.request_id)
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from baton.v1 import requests_pb2
 from baton_platform.config import StaticPlan
-from baton_workflow import Plan
-
 from baton_router.conductor.base import KEEP, Proposal
+from baton_workflow import Plan
 
 
 class StaticConductor:

@@ -32,11 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from baton.v1 import requests_pb2
+from baton_conductor import plan_grammar, plan_json_schema
 from baton_platform.config import BatonConfig, TransformersConductorConfig
-
 from baton_router.conductor.base import Proposal
 from baton_router.conductor.common import ConductorUnavailable, PlanPrompter, log_propensity
-from baton_conductor import plan_grammar, plan_json_schema
 
 log = logging.getLogger(__name__)
 
@@ -297,6 +296,7 @@ class TransformersConductor:
         await self._queue.put(pending)
         sample: Sample = await pending.future
         loaded = self._loaded
+        assert loaded is not None  # started above
         log_prop = log_propensity(sample.sampling_logprob, self.settings.temperature)
         if not sample.finished:
             # Cut off at max_new_tokens: the text is not a whole plan; parsing reports why.
@@ -305,14 +305,16 @@ class TransformersConductor:
                                       self.prompter.bounds_for(request))
 
     async def _batch_forever(self) -> None:
+        queue = self._queue
+        assert queue is not None  # made before the batcher starts
         loop = asyncio.get_running_loop()
         wait_s = self.settings.batch_wait_ms / 1000
         while True:
-            batch = [await self._queue.get()]
+            batch = [await queue.get()]
             deadline = loop.time() + wait_s
             while len(batch) < self.settings.batch_size:
                 try:
-                    batch.append(self._queue.get_nowait())
+                    batch.append(queue.get_nowait())
                     continue
                 except asyncio.QueueEmpty:
                     pass
@@ -320,7 +322,7 @@ class TransformersConductor:
                 if remaining <= 0:
                     break
                 try:
-                    batch.append(await asyncio.wait_for(self._queue.get(), remaining))
+                    batch.append(await asyncio.wait_for(queue.get(), remaining))
                 except TimeoutError:
                     break
             live = [p for p in batch if not p.future.done()]  # callers that gave up are skipped

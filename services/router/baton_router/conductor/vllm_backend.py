@@ -42,11 +42,10 @@ from types import SimpleNamespace
 from typing import Any
 
 from baton.v1 import requests_pb2
+from baton_conductor import plan_grammar, plan_json_schema
 from baton_platform.config import BatonConfig
-
 from baton_router.conductor.base import Proposal
 from baton_router.conductor.common import ConductorUnavailable, PlanPrompter, log_propensity
-from baton_conductor import plan_grammar, plan_json_schema
 
 log = logging.getLogger(__name__)
 
@@ -259,6 +258,7 @@ class VllmConductor:
         )
 
     def prompt_ids(self, request: requests_pb2.ChatRequest) -> list[int]:
+        assert self._tokenizer is not None, "the engine is not started"
         ids = self._tokenizer.apply_chat_template(self.prompter.messages(request), tokenize=True,
                                                   add_generation_prompt=True)
         if isinstance(ids, dict) or hasattr(ids, "keys"):  # BatchEncoding under Transformers 5

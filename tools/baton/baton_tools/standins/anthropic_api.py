@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timezone
-from typing import Any, Callable
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from .behaviour import Wants
 from .core import (
     Dialect,
     Parsed,
@@ -23,7 +25,6 @@ from .core import (
     sse,
     text_of,
 )
-from .behaviour import Wants
 
 _KNOWN_FIELDS = frozenset(
     {
@@ -46,7 +47,7 @@ def _request_id(request_no: int) -> str:
 
 
 def _rfc3339(seconds_from_now: float) -> str:
-    when = datetime.fromtimestamp(time.time() + seconds_from_now, tz=timezone.utc)
+    when = datetime.fromtimestamp(time.time() + seconds_from_now, tz=UTC)
     return when.replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
@@ -280,7 +281,7 @@ class AnthropicDialect(Dialect):
         return "tool_use" if reply.calls else "max_tokens" if reply.truncated else "end_turn"
 
     def reply(self, parsed: Parsed, reply: Reply) -> Response:
-        content = [{"type": "text", "text": reply.text}] if reply.text or not reply.calls else []
+        content: list[dict[str, Any]] = [{"type": "text", "text": reply.text}] if reply.text or not reply.calls else []
         content += [{"type": "tool_use", "id": _tool_id(c.id), "name": c.name, "input": c.arguments} for c in reply.calls]
         return JSONResponse(
             self._message(

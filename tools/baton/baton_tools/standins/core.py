@@ -15,8 +15,9 @@ import math
 import re
 import time
 from collections import deque
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -48,7 +49,7 @@ class StandinConfig:
         data["models"] = list(self.models) if self.models is not None else None
         return data
 
-    def updated(self, changes: dict[str, Any]) -> "StandinConfig":
+    def updated(self, changes: dict[str, Any]) -> StandinConfig:
         known = {f.name for f in dataclasses.fields(self)}
         unknown = sorted(set(changes) - known)
         if unknown:
@@ -336,7 +337,7 @@ class StandinApp:
             if not handed_to_stream:
                 counters["in_flight"] -= 1
 
-    async def _handle(self, request: Request, request_no: int) -> tuple[Response, "_Stream | None"]:
+    async def _handle(self, request: Request, request_no: int) -> tuple[Response, _Stream | None]:
         state, dialect = self.state, self.dialect
         config = state.config
         if config.latency_ms:
@@ -406,7 +407,7 @@ class StandinApp:
             events = dialect.stream_events(parsed, reply, chunks)
         return Response(status_code=200), _Stream(parsed, events, headers, config.chunk_delay_ms)
 
-    async def _release_after(self, stream: "_Stream") -> AsyncIterator[bytes]:
+    async def _release_after(self, stream: _Stream) -> AsyncIterator[bytes]:
         try:
             for index, event in enumerate(stream.events):
                 if index and stream.delay_ms:

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from .behaviour import Wants
 from .core import (
     Dialect,
     Parsed,
@@ -21,7 +23,6 @@ from .core import (
     retry_after_header,
     sse,
 )
-from .behaviour import Wants
 
 # The API speaks protobuf JSON, which accepts both spellings of every field.
 _KNOWN_FIELDS = frozenset(
@@ -80,7 +81,7 @@ def _parts_text(content: Any, where: str) -> str | JSONResponse:
     parts = content.get("parts")
     if not isinstance(parts, list) or not parts:
         return _invalid(f"* GenerateContentRequest.{where}.parts: contents.parts must not be empty.\n")
-    texts = []
+    texts: list[str] = []
     for part in parts:
         if isinstance(part, dict) and isinstance(part.get("functionCall"), dict):
             call = part["functionCall"]
@@ -90,7 +91,7 @@ def _parts_text(content: Any, where: str) -> str | JSONResponse:
             if not isinstance(answer.get("name"), str) or not answer["name"]:
                 return _invalid(f"* GenerateContentRequest.{where}.parts.function_response.name: Name cannot be empty.\n")
             result = answer.get("response")
-            texts.append(result.get("result") if isinstance(result, dict) and isinstance(result.get("result"), str)
+            texts.append(result["result"] if isinstance(result, dict) and isinstance(result.get("result"), str)
                          else json.dumps(result))
         elif isinstance(part, dict) and isinstance(part.get("text"), str):
             texts.append(part["text"])
@@ -237,7 +238,7 @@ class GeminiDialect(Dialect):
 
     def rate_limited(self, parsed: Parsed, retry_after_s: float, state: StandinState) -> Response:
         delay = retry_after_header(retry_after_s)
-        details = [
+        details: list[dict[str, Any]] = [
             {
                 "@type": "type.googleapis.com/google.rpc.QuotaFailure",
                 "violations": [

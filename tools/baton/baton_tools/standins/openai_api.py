@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from .behaviour import Wants
 from .core import (
     Dialect,
     Parsed,
@@ -21,7 +23,6 @@ from .core import (
     sse,
     text_of,
 )
-from .behaviour import Wants
 
 _KNOWN_FIELDS = frozenset(
     {
@@ -211,9 +212,9 @@ class OpenAIDialect(Dialect):
                 if problem is not None:
                     return problem
                 called.update(c["id"] for c in calls)
-                text = text_of(message.get("content")) or ""
-                text += " ".join(f"[{c['function']['name']}({c['function']['arguments']})]" for c in calls)
-                transcript.append((role, text))
+                said = text_of(message.get("content")) or ""
+                said += " ".join(f"[{c['function']['name']}({c['function']['arguments']})]" for c in calls)
+                transcript.append((role, said))
                 continue
             if role == "tool" and message.get("tool_call_id") not in called:
                 return _error(400, "Invalid parameter: messages with role 'tool' must be a response to a preceeding "
@@ -391,12 +392,12 @@ class OpenAIDialect(Dialect):
                 events.append(self._chunk(parsed, reply, created, d))
         for index, call in enumerate(reply.calls):
             # As the real API streams a call: id and name first, then the arguments in pieces.
-            head = {"index": index, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}
+            head: dict[str, Any] = {"index": index, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}
             events.append(self._chunk(parsed, reply, created, delta({"tool_calls": [head]})))
             arguments = call.arguments_json
             for start in range(0, len(arguments), 8):
-                piece = {"index": index, "function": {"arguments": arguments[start:start + 8]}}
-                events.append(self._chunk(parsed, reply, created, delta({"tool_calls": [piece]})))
+                part: dict[str, Any] = {"index": index, "function": {"arguments": arguments[start:start + 8]}}
+                events.append(self._chunk(parsed, reply, created, delta({"tool_calls": [part]})))
         return events
 
     def stream_events(self, parsed: Parsed, reply: Reply, chunks: list[str]) -> list[bytes]:
