@@ -312,3 +312,63 @@ def test_cli_detached_broker_outlives_its_starter_and_keeps_its_topics(tmp_path:
     finally:
         stop_pidfile(pidfile)
     assert _pid_gone(pid)
+
+
+@pytest.fixture
+def podman_socket(tmp_path: Path) -> Iterator[str]:
+    """podman's Docker-compatible API on a socket of this test's own, stopped by PID afterwards."""
+    import shutil
+
+    if not shutil.which("podman"):
+        pytest.skip("no podman on this machine: the container path needs a Docker-compatible engine")
+    image = os.environ.get("BATON_KAFKA_IMAGE", harness.KAFKA_IMAGE)
+    if subprocess.run(["podman", "image", "exists", image]).returncode != 0:
+        pytest.skip(f"{image} is not built here (`make k8s-images` builds it)")
+    sock = tmp_path / "podman.sock"
+    service = subprocess.Popen(["podman", "system", "service", "--time=0", f"unix://{sock}"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not sock.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        yield f"unix://{sock}"
+    finally:
+        service.terminate()
+        service.wait(30)
+
+
+def test_kafka_for_tests_runs_the_broker_image_through_testcontainers(
+        monkeypatch: pytest.MonkeyPatch, podman_socket: str) -> None:
+    monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    monkeypatch.delenv("BATON_KAFKA_HARNESS", raising=False)
+    monkeypatch.setenv("DOCKER_HOST", podman_socket)
+    monkeypatch.setattr(harness, "LocalKafka", None)  # a fallback to the local broker would fail loudly
+    image = os.environ.get("BATON_KAFKA_IMAGE", harness.KAFKA_IMAGE)
+
+    def running() -> list[str]:
+        out = subprocess.run(["podman", "--url", podman_socket, "ps", "--filter", f"ancestor={image}",
+                              "--format", "{{.ID}}"], capture_output=True, text=True, check=True).stdout
+        return out.split()
+
+    with harness.kafka_for_tests() as bootstrap:
+        assert len(running()) == 1
+        topic = f"tc-{uuid.uuid4().hex[:8]}"
+        harness.create_topics(bootstrap, {topic: 1})
+
+        async def round_trip() -> bytes:
+            producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+            await producer.start()
+            try:
+                await producer.send_and_wait(topic, b"through the container")
+            finally:
+                await producer.stop()
+            consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+            await consumer.start()
+            try:
+                record = await asyncio.wait_for(consumer.getone(), 30)
+            finally:
+                await consumer.stop()
+            return record.value
+
+        assert asyncio.run(round_trip()) == b"through the container"
+    assert running() == []

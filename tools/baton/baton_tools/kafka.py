@@ -2,7 +2,8 @@
 
 The broker runs from Maven Central jars on the machine's JDK, so neither a Kafka tarball nor a
 Docker engine is needed.  `kafka_for_tests()` picks the cheapest broker available: an external one
-named by KAFKA_BOOTSTRAP_SERVERS, a testcontainers one when Docker answers, else `LocalKafka`.
+named by KAFKA_BOOTSTRAP_SERVERS, a container of the local broker image (testcontainers) when a
+Docker-compatible engine answers, else `LocalKafka`.
 
 CLI:
     python -m baton_tools.kafka fetch                 # pre-download the jars, print their folder
@@ -663,44 +664,85 @@ def _docker_reachable(timeout: float = 1.0) -> bool:
         return False
 
 
-def _kafka_container() -> Any | None:
+# The broker image `make images` builds (docker/kafka.Dockerfile): the same jars as LocalKafka.
+KAFKA_IMAGE = "ghcr.io/baton-llm/baton-kafka:0.1.0"
+
+
+def _kafka_container() -> tuple[Any, str] | None:
+    """A container of the local broker image and the address clients reach it at, not started;
+    None without the `testcontainers` package."""
+    # Ryuk, testcontainers' reaper, is an image from Docker Hub; the harness stops its own container.
+    os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
     try:
-        from testcontainers.kafka import KafkaContainer  # optional dependency
+        from docker.types import Ulimit
+        from testcontainers.core.container import DockerContainer
     except ImportError:
         return None
-    container = KafkaContainer()
-    if hasattr(container, "with_kraft"):
-        container = container.with_kraft()
-    # Same behaviour as LocalKafka: explicit topics only, and no join delay for consumer groups.
-    return container.with_env("KAFKA_AUTO_CREATE_TOPICS_ENABLE", "false").with_env(
-        "KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS", "0"
+    import resource
+
+    port, controller_port = procs.free_ports(2)
+    # Host networking: the broker listens on a loopback port picked here, so the address it
+    # advertises is the one clients use (a mapped port would be known only after the start).
+    # Explicit limits: an engine's defaults (podman's are the host's maximum) may exceed what its
+    # runtime is allowed to set. The broker needs this process's open files and a few hundred threads.
+    nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    limits = [Ulimit(name="nofile", soft=nofile, hard=nofile), Ulimit(name="nproc", soft=4096, hard=4096)]
+    container = (
+        DockerContainer(os.environ.get("BATON_KAFKA_IMAGE", KAFKA_IMAGE))
+        .with_kwargs(network_mode="host", ulimits=limits)
+        .with_envs(KAFKA_DATA="/tmp/kafka", KAFKA_ADVERTISED_HOST="127.0.0.1", KAFKA_PORT=str(port),
+                   KAFKA_CONTROLLER_PORT=str(controller_port), KAFKA_CLUSTER_ID=_new_cluster_id(),
+                   KAFKA_HEAP_OPTS="-Xmx512m")
     )
+    return container, f"127.0.0.1:{port}"
+
+
+def _wait_container_ready(container: Any, bootstrap: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = container.get_wrapped_container()
+        status.reload()
+        if status.status == "exited":
+            raise KafkaHarnessError(f"the Kafka container exited: {container.get_logs()[1][-2000:]!r}")
+        try:
+            if _run_sync(functools.partial(_broker_ready, bootstrap, 5.0)):
+                return
+        except Exception as exc:  # noqa: BLE001 - any failure here just means "not yet"
+            log.debug("Kafka container not ready yet: %r", exc)
+        time.sleep(0.5)
+    raise KafkaHarnessError(f"the Kafka container at {bootstrap} was not ready in {timeout:g} s")
 
 
 @contextlib.contextmanager
 def kafka_for_tests() -> Iterator[str]:
     """Yield bootstrap servers of a broker that lives for the block.
 
-    KAFKA_BOOTSTRAP_SERVERS wins (nothing is started); then testcontainers when a Docker engine
-    answers and the package is installed; otherwise a `LocalKafka`.  BATON_KAFKA_HARNESS=local
-    skips the Docker probe.
+    KAFKA_BOOTSTRAP_SERVERS wins (nothing is started); then a container of the local broker image,
+    through testcontainers, when a Docker-compatible engine answers at DOCKER_HOST (Docker, or
+    `podman system service`); otherwise a `LocalKafka`.  BATON_KAFKA_HARNESS=local skips the probe.
     """
     external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
     if external:
         yield external
         return
-    container = None
+    made = None
     if os.environ.get("BATON_KAFKA_HARNESS", "auto") != "local" and _docker_reachable():
-        container = _kafka_container()
-    if container is not None:
+        made = _kafka_container()
+    if made is not None:
+        container, bootstrap = made
         try:
             container.start()
-        except Exception as exc:  # noqa: BLE001 - e.g. the image cannot be pulled offline
+            _wait_container_ready(container, bootstrap)
+        except Exception as exc:  # noqa: BLE001 - e.g. the image is not built and cannot be pulled offline
             log.warning("testcontainers could not start Kafka (%s); starting a local broker", exc)
-            container = None
-    if container is not None:
+            with contextlib.suppress(Exception):
+                container.stop()
+            made = None
+    if made is not None:
+        container, bootstrap = made
+        log.info("Kafka in container %s at %s", container.get_wrapped_container().short_id, bootstrap)
         try:
-            yield container.get_bootstrap_server()
+            yield bootstrap
         finally:
             container.stop()
         return
