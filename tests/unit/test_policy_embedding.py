@@ -101,3 +101,18 @@ def test_version_1_policies_load_and_unknown_versions_are_refused(tmp_path):
     path.write_text(json.dumps(config))
     with pytest.raises(ValueError, match="retrain"):
         Policy.load(out)
+
+
+def test_logged_feedback_with_an_embedding_generalises_to_unseen_words():
+    # Uniform logging over the two models: half the episodes show each model's reward.
+    train = _matrix(ANIMALS, VEHICLES, 1200, seed=4)
+    rng = np.random.default_rng(5)
+    episodes = []
+    for i, prompt in enumerate(train.prompts):
+        a = int(rng.integers(2))
+        episodes.append((prompt, train.models[a], float(train.scores[i, a]), 0.5))
+    policy = Policy.fit_logged(episodes, train.models, embedding=NAME)
+    assert policy.featurizer.embedding == NAME
+    test = _matrix(NEW_ANIMALS, NEW_VEHICLES, 200, seed=6)
+    pick = policy.values(test.prompts, test.eval_names).argmax(1)
+    assert test.scores[np.arange(len(test)), pick].mean() > 0.7
