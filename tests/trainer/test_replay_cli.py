@@ -122,6 +122,20 @@ def test_replay_unit_costs_without_cost_columns(tmp_path, capsys):
     assert result["workflows"] == {}  # no answers, so no panels
 
 
+def test_replay_with_a_query_embedding_saves_it_in_the_policy(synthetic_files, tmp_path, capsys):
+    train, test = synthetic_files
+    assert replay.main(["--train", str(train), "--test", str(test), "--json", "--quiet", "--folds", "2",
+                        "--embedding", "wordllama-l2_supercat-256", "--save-policy", str(tmp_path / "pol")]) == 0
+    result = json.loads(capsys.readouterr().out)
+    for key in ("accuracy", "avg_cost", "calls_per_query", "best_single", "frontier"):
+        assert key in result, key
+    assert result["accuracy"] > result["best_single"]["accuracy"] + 0.05
+    saved = json.loads((tmp_path / "pol" / "policy.json").read_text())
+    assert saved["featurizer"]["embedding"] == "wordllama-l2_supercat-256"
+    with pytest.raises(SystemExit):
+        replay.main(["--train", str(train), "--test", str(test), "--embedding", "no-such-embedding"])
+
+
 def test_replay_reports_bad_input(tmp_path, capsys):
     assert replay.main(["--train", str(tmp_path / "missing.csv"), "--test", str(tmp_path / "x.csv"), "--quiet"]) == 2
     assert "error" in json.loads(capsys.readouterr().out)

@@ -52,7 +52,10 @@ from .features import TextFeaturizer
 from .matrix import OutcomeMatrix
 from .workflows import Outcomes, Workflow, crossfit_outcomes, fit_aggregators, single
 
-FORMAT_VERSION = 1
+# 2: the featurizer may add a packaged sentence embedding (its config names it). A version-1
+# directory holds the same fields without it and loads as it always did.
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 TRUST_GRID = (0.0, 0.25, 0.5, 1.0)
 TRUST_COST_WEIGHTS = (0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0)
@@ -151,7 +154,8 @@ class ValueModel:
 
 
 def oof_model_quality(
-    matrix: OutcomeMatrix, folds: int = 5, seed: int = 0, C: float = 1.0, n_features_log2: int = 16
+    matrix: OutcomeMatrix, folds: int = 5, seed: int = 0, C: float = 1.0, n_features_log2: int = 16,
+    embedding: str | None = None,
 ) -> np.ndarray:
     """Out-of-fold text predictions of each model's score on the matrix's own rows, [n, models]."""
     n = len(matrix)
@@ -162,7 +166,7 @@ def oof_model_quality(
         rest = np.flatnonzero(fold_of != f)
         if len(held) == 0:
             continue
-        feat = TextFeaturizer(n_features_log2).fit([matrix.prompts[i] for i in rest], [matrix.eval_names[i] for i in rest])
+        feat = TextFeaturizer(n_features_log2, embedding=embedding).fit([matrix.prompts[i] for i in rest], [matrix.eval_names[i] for i in rest])
         Xr = feat.transform([matrix.prompts[i] for i in rest], [matrix.eval_names[i] for i in rest])
         Xh = feat.transform([matrix.prompts[i] for i in held], [matrix.eval_names[i] for i in held])
         vm = ValueModel(len(matrix.models), feat.dim, C).fit_full(Xr, matrix.scores[rest])
@@ -259,21 +263,24 @@ class Policy:
         outcomes: Outcomes | None = None,
         panel_reliability: bool = False,
         tune_trust_folds: int = 3,
+        embedding: str | None = None,
     ) -> Policy:
         """Fit on a full-information outcome matrix. Learned panels are scored out of fold
         for the value heads; with ``panel_reliability`` their aggregators also see each
         member's text-predicted chance of being right (out-of-fold on the training rows).
         ``tune_trust_folds`` (0 = off) sets the grouped cross-validation folds that measure how
-        far the heads are trusted at each cost weight (see :func:`tune_trust`)."""
+        far the heads are trusted at each cost weight (see :func:`tune_trust`). ``embedding``
+        names a packaged sentence embedding added to the query features (:mod:`embeddings`)."""
         from .workflows import candidate_workflows
 
         workflows = list(workflows) if workflows is not None else candidate_workflows(matrix)
         reliability = None
         if panel_reliability and any(w.needs_aggregator for w in workflows):
-            reliability = oof_model_quality(matrix, folds=folds, seed=seed, C=C, n_features_log2=n_features_log2)
+            reliability = oof_model_quality(matrix, folds=folds, seed=seed, C=C, n_features_log2=n_features_log2,
+                                            embedding=embedding)
         if outcomes is None:
             outcomes = crossfit_outcomes(matrix, workflows, folds=folds, seed=seed, reliability=reliability)
-        featurizer = TextFeaturizer(n_features_log2).fit(matrix.prompts, matrix.eval_names)
+        featurizer = TextFeaturizer(n_features_log2, embedding=embedding).fit(matrix.prompts, matrix.eval_names)
         X = featurizer.transform(matrix.prompts, matrix.eval_names)
         value_model = ValueModel(len(workflows), featurizer.dim, C).fit_full(X, outcomes.scores)
         model_costs = matrix.costs.mean(0)
@@ -287,7 +294,7 @@ class Policy:
                     held, rest = np.flatnonzero(fold_of == f), np.flatnonzero(fold_of != f)
                     p_rest = [matrix.prompts[i] for i in rest]
                     e_rest = [matrix.eval_names[i] for i in rest]
-                    feat = TextFeaturizer(n_features_log2).fit(p_rest, e_rest)
+                    feat = TextFeaturizer(n_features_log2, embedding=embedding).fit(p_rest, e_rest)
                     vm = ValueModel(len(workflows), feat.dim, C).fit_full(feat.transform(p_rest, e_rest), outcomes.scores[rest])
                     oof[held] = vm.predict(feat.transform([matrix.prompts[i] for i in held], [matrix.eval_names[i] for i in held]))
                 weights = sorted(set(TRUST_COST_WEIGHTS) | {float(cost_weight)})
@@ -327,6 +334,7 @@ class Policy:
         C: float = 1.0,
         n_features_log2: int = 16,
         cost_scale: float | None = None,
+        embedding: str | None = None,
     ) -> Policy:
         """Learn from logged bandit feedback. ``episodes`` holds :class:`Episode` objects or
         tuples ``(prompt, action, reward, propensity[, eval_name[, cost]])``; ``workflows`` are
@@ -345,7 +353,7 @@ class Policy:
             raise ValueError("propensities must lie in (0, 1]")
         prompts = [e.prompt for e in eps]
         evals = [e.eval_name or "" for e in eps]
-        featurizer = TextFeaturizer(n_features_log2).fit(prompts, evals)
+        featurizer = TextFeaturizer(n_features_log2, embedding=embedding).fit(prompts, evals)
         X = featurizer.transform(prompts, evals)
         actions = np.array([index[e.action] for e in eps])
         rewards = np.array([e.reward for e in eps], dtype=float)
@@ -525,8 +533,11 @@ class Policy:
     def load(cls, path: str | Path) -> Policy:
         src = Path(path)
         config = json.loads((src / "policy.json").read_text(encoding="utf-8"))
-        if config.get("format") != "baton-fastpolicy" or config.get("version") != FORMAT_VERSION:
-            raise ValueError(f"{src} does not hold a baton fast policy of version {FORMAT_VERSION}")
+        if config.get("format") != "baton-fastpolicy":
+            raise ValueError(f"{src} does not hold a baton fast policy")
+        if config.get("version") not in READABLE_VERSIONS:
+            raise ValueError(f"{src} holds a baton fast policy of version {config.get('version')!r}; this release "
+                             f"reads versions {list(READABLE_VERSIONS)}: retrain it with this release's trainer")
         with np.load(src / "arrays.npz", allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}
         featurizer = TextFeaturizer.from_saved(config["featurizer"], arrays)

@@ -1,8 +1,10 @@
 """Query features from the prompt text and the eval name only.
 
 Hashed word unigrams and bigrams (a fixed-size space, so nothing but an IDF vector needs to be
-stored), sublinear TF x IDF, L2-normalised, plus a one-hot of the eval name. Everything needed to
-rebuild it is a small JSON config and one float32 array.
+stored), sublinear TF x IDF, L2-normalised, plus a one-hot of the eval name, and optionally a
+static sentence embedding of the prompt (:mod:`embeddings`) scaled by ``embedding_scale``: n-grams
+see exact wording, the embedding sees topic and paraphrase, which n-grams of a short question
+miss. Everything needed to rebuild it is a small JSON config and one float32 array.
 """
 
 from __future__ import annotations
@@ -14,12 +16,25 @@ import scipy.sparse as sp
 from sklearn.feature_extraction.text import HashingVectorizer
 from sklearn.preprocessing import normalize
 
+from .embeddings import EMBEDDERS, load_embedder
+
 
 class TextFeaturizer:
-    def __init__(self, n_features_log2: int = 16, eval_scale: float = 1.0, eval_names: Sequence[str] = ()):
+    def __init__(
+        self,
+        n_features_log2: int = 16,
+        eval_scale: float = 1.0,
+        eval_names: Sequence[str] = (),
+        embedding: str | None = None,
+        embedding_scale: float = 1.0,
+    ):
         self.n_features_log2 = int(n_features_log2)
         self.eval_scale = float(eval_scale)
         self.eval_names = list(eval_names)
+        self.embedding = embedding
+        self.embedding_scale = float(embedding_scale)
+        self._embed = load_embedder(embedding) if embedding else None
+        self._embedding_dim = EMBEDDERS[embedding][1] if embedding else 0
         self.idf: np.ndarray | None = None
         self._hasher = HashingVectorizer(
             n_features=2**self.n_features_log2,
@@ -32,7 +47,7 @@ class TextFeaturizer:
 
     @property
     def dim(self) -> int:
-        return 2**self.n_features_log2 + len(self.eval_names)
+        return 2**self.n_features_log2 + len(self.eval_names) + self._embedding_dim
 
     def _counts(self, prompts: Sequence[str]) -> sp.csr_matrix:
         counts = self._hasher.transform(list(prompts)).tocsr()
@@ -62,10 +77,14 @@ class TextFeaturizer:
             (np.full(len(rows), self.eval_scale, dtype=np.float32), (rows, cols)),
             shape=(len(prompts), len(self.eval_names)),
         )
-        return sp.hstack([text, onehot], format="csr", dtype=np.float32)
+        blocks = [text, onehot]
+        if self._embed is not None:
+            blocks.append(sp.csr_matrix(self.embedding_scale * self._embed(list(prompts))))
+        return sp.hstack(blocks, format="csr", dtype=np.float32)
 
     def config(self) -> dict:
-        return {"n_features_log2": self.n_features_log2, "eval_scale": self.eval_scale, "eval_names": self.eval_names}
+        return {"n_features_log2": self.n_features_log2, "eval_scale": self.eval_scale, "eval_names": self.eval_names,
+                "embedding": self.embedding, "embedding_scale": self.embedding_scale}
 
     def arrays(self) -> dict[str, np.ndarray]:
         assert self.idf is not None
@@ -73,6 +92,7 @@ class TextFeaturizer:
 
     @classmethod
     def from_saved(cls, config: dict, arrays: dict[str, np.ndarray]) -> TextFeaturizer:
-        obj = cls(config["n_features_log2"], config["eval_scale"], config["eval_names"])
+        obj = cls(config["n_features_log2"], config["eval_scale"], config["eval_names"],
+                  config.get("embedding"), config.get("embedding_scale", 1.0))
         obj.idf = np.asarray(arrays["featurizer_idf"], dtype=np.float32)
         return obj

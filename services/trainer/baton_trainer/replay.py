@@ -5,6 +5,7 @@ CLI (the ``baton eval replay`` subcommand; ``argv`` excludes "eval replay")::
     --train TRAIN.csv --test TEST.csv [--cost-weight W] [--report DIR] [--json]
     [--unit-cost MODEL=COST ...] [--save-policy DIR] [--folds 5] [--seed 0]
     [--singles-only] [--panel-reliability] [--quality-target 0.95] [--strong-model M]
+    [--embedding NAME]
 
 Prints one JSON object. The policy is trained on TRAIN only; every figure is measured on TEST.
 Baselines: ``best_single`` is the single model with the highest TEST accuracy (the strictest
@@ -30,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from baton_policy.embeddings import EMBEDDERS
 from baton_policy.fastpolicy import Policy
 from baton_policy.matrix import OutcomeMatrix, load_matrix
 from baton_policy.workflows import Outcomes, candidate_workflows, evaluate_workflows
@@ -150,6 +152,7 @@ def run_replay(
     strong_model: str | None = None,
     frontier: tuple[float, ...] = DEFAULT_FRONTIER,
     panel_reliability: bool = False,
+    embedding: str | None = None,
     log=None,
 ) -> tuple[dict, Policy, dict]:
     if train.models != test.models:
@@ -159,7 +162,8 @@ def run_replay(
     t0 = time.monotonic()
     workflows = candidate_workflows(train, vote_sizes=(), panel_sizes=(), escalate=()) if singles_only else candidate_workflows(train)
     log(f"{len(workflows)} workflows; fitting the policy (learned panels cross-fitted over {folds} folds)")
-    policy = Policy.fit_matrix(train, workflows, cost_weight=cost_weight, folds=folds, seed=seed, panel_reliability=panel_reliability)
+    policy = Policy.fit_matrix(train, workflows, cost_weight=cost_weight, folds=folds, seed=seed,
+                               panel_reliability=panel_reliability, embedding=embedding)
     train_s = time.monotonic() - t0
     t1 = time.monotonic()
     quality = policy.quality(test.prompts, test.eval_names)
@@ -327,6 +331,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--singles-only", action="store_true", help="route between single models only")
     p.add_argument("--panel-reliability", action="store_true",
                    help="learned panels also use each member's text-predicted reliability (slower; stacked out of fold)")
+    p.add_argument("--embedding", choices=sorted(EMBEDDERS),
+                   help="add this packaged sentence embedding of the prompt to the query features")
     p.add_argument("--quality-target", type=float, default=0.95, help="fraction of the strong model's accuracy for the escalation figure")
     p.add_argument("--strong-model", help="strong model for the escalation figure (default: most accurate on TRAIN)")
     p.add_argument("--new-worker", metavar="NAME", help="replay NAME's first day: hidden from training, met in the "
@@ -357,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
             quality_target=args.quality_target,
             strong_model=args.strong_model,
             panel_reliability=args.panel_reliability,
+            embedding=args.embedding,
             log=log,
         )
     except (OSError, ValueError) as exc:

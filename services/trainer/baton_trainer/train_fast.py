@@ -18,6 +18,7 @@ from tqdm import tqdm
 
 from baton_platform.config import ConfigError, load_config
 from baton_policy import local_copy
+from baton_policy.embeddings import EMBEDDERS
 from baton_policy.fastpolicy import Policy
 from baton_policy.workflows import single
 
@@ -55,7 +56,7 @@ def train_fast(args) -> dict:
     held = [x.episode for x in logged if _held_back(x.request_id, args.holdout)]
     # The workers' model names are the actions the logging policy took.
     flows = [single(m) for m in _models(config)]
-    candidate = Policy.fit_logged(train, flows, cost_weight=args.cost_weight)
+    candidate = Policy.fit_logged(train, flows, cost_weight=args.cost_weight, embedding=args.embedding)
     candidate.epsilon = config.conductor.policy.epsilon
     steps.update()
     store = PolicyStore(args.store)
@@ -113,6 +114,8 @@ def main(argv: list[str] | None = None, command: str = "train-fast") -> int:
         parser.add_argument("--holdout", type=float, default=0.3, help="share of episodes held back for the gate")
         parser.add_argument("--min-episodes", type=int, default=50)
         parser.add_argument("--cost-weight", type=float, default=0.0)
+        parser.add_argument("--embedding", choices=sorted(EMBEDDERS), default=None,
+                            help="add this packaged sentence embedding of the query to the policy's features")
         parser.add_argument("--version", default=None)
         parser.add_argument("--publish", action="store_true", help="publish when the gate passes")
         parser.add_argument("--quiet", action="store_true")
