@@ -36,12 +36,9 @@ def final(answer: str) -> responses_pb2.Response:
 
 async def stream_with(write_config, monkeypatch, script: list[responses_pb2.Response], body: dict | None = None):
     """POST a streaming request; the 'workflow' answers it with `script`. Returns the SSE data payloads."""
-    brokers = []
-    make_broker = gateway.make_broker
-    monkeypatch.setattr(gateway, "make_broker", lambda *a, **k: brokers.append(make_broker(*a, **k)) or brokers[-1])
     monkeypatch.setattr(gateway, "Replies", AssignedReplies)
     app = gateway.create_app(load_config(write_config()), tracer_provider=setup_tracing("t", set_global=False))
-    (broker,) = brokers
+    broker = app.state.service.broker
     seen: list[requests_pb2.ChatRequest] = []
 
     @broker.subscriber(topics.REQUESTS)
