@@ -48,6 +48,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from baton.v1 import dead_letter_pb2
 from faststream import AckPolicy
 from faststream.kafka import KafkaBroker, KafkaMessage
+from faststream.kafka.annotations import KafkaMessage as CurrentMessage
 from google.protobuf.message import Message
 
 from baton_platform import topics
@@ -76,10 +77,11 @@ def _described(kind: type[Message]) -> str:
 class Publisher:
     """A declared publisher of `kind` messages on one topic."""
 
-    def __init__(self, broker: KafkaBroker, topic: str, kind: type[Message] | None, description: str = "") -> None:
+    def __init__(self, broker: KafkaBroker, service: str, topic: str, kind: type[Message] | None,
+                 description: str = "") -> None:
         self.topic = topic
         what = _described(kind) if kind is not None else "JSON"
-        self._out = broker.publisher(topic, title=f"{topic}:publish", schema=bytes,
+        self._out = broker.publisher(topic, title=f"{service}:{topic}", schema=bytes,
                                      description=f"{description} {what}".strip())
 
     async def send(self, message: Message | bytes, *, key: str | bytes, partition: int | None = None,
@@ -93,7 +95,8 @@ class DeadLetters:
     """Sends records a service cannot process to baton.dlq, so the consumer goes on and nothing is lost."""
 
     def __init__(self, broker: KafkaBroker, service: str, on_dead_letter: Callable[[str], None] | None = None) -> None:
-        self._out = Publisher(broker, topics.DLQ, dead_letter_pb2.DeadLetter, "Records a service could not process.")
+        self._out = Publisher(broker, service, topics.DLQ, dead_letter_pb2.DeadLetter,
+                              "Records a service could not process.")
         self._service = service
         self._on_dead_letter = on_dead_letter
 
@@ -115,7 +118,7 @@ Hook = Callable[[set[TopicPartition]], Awaitable[None]]
 class Consumer(ConsumerRebalanceListener, Generic[M]):
     """One subscription; see the module's docstring. Made by `Service.consumer`."""
 
-    def __init__(self, broker: KafkaBroker, kafka: KafkaConfig, dead_letters: DeadLetters, topic: str,
+    def __init__(self, broker: KafkaBroker, service: str, kafka: KafkaConfig, dead_letters: DeadLetters, topic: str,
                  kind: type[M], handler: Callable[[M, Record], Awaitable[None]], *, group: str | None = None,
                  tracked: bool = False, keep: bool = False, commit_every_s: float = 0.5,
                  offset_reset: str = "earliest", on_assigned: Hook | None = None, on_revoked: Hook | None = None,
@@ -141,9 +144,13 @@ class Consumer(ConsumerRebalanceListener, Generic[M]):
             options = {**consumer_options(kafka), **options, "group_id": group, "listener": self}
         self.subscriber = broker.subscriber(
             topic, ack_policy=AckPolicy.MANUAL if tracked else AckPolicy.ACK_FIRST,
-            title=f"{topic}:{group or 'every replica'}", description=f"{description} {_described(kind)}".strip(),
+            title=f"{topic}:{service}", description=f"{description} {_described(kind)}".strip(),
             **options)
-        self.subscriber(self.consume)
+
+        async def on_record(body: bytes, msg: CurrentMessage) -> None:  # `body: bytes` documents the payload
+            await self.consume(msg)
+
+        self.subscriber(on_record)
         if tracked:
             self.every(commit_every_s, self.commit)  # the last records before a quiet spell commit too
 

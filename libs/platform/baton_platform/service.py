@@ -43,12 +43,12 @@ class Service:
 
     def consumer(self, topic: str, kind: type[Message], handler, **options) -> Consumer:
         """Subscribe `handler` to `topic` (see baton_platform.consumer.Consumer for the options)."""
-        consumer = Consumer(self.broker, self.config.kafka, self.dead_letters, topic, kind, handler, **options)
+        consumer = Consumer(self.broker, self.name, self.config.kafka, self.dead_letters, topic, kind, handler, **options)
         self.consumers.append(consumer)
         return consumer
 
     def publisher(self, topic: str, kind: type[Message] | None, description: str = "") -> Publisher:
-        return Publisher(self.broker, topic, kind, description)
+        return Publisher(self.broker, self.name, topic, kind, description)
 
     async def start_consumers(self) -> None:
         for consumer in self.consumers:
