@@ -47,7 +47,6 @@ from baton_tools.procs import free_port
 from baton_platform import topics
 from testbed import MMLU_PRO, default_config_data
 
-pytestmark = [pytest.mark.e2e, pytest.mark.kafka, pytest.mark.slow]
 
 RATE_PER_S = 3.0
 DEADLINE_S = 20.0

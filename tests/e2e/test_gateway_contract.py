@@ -27,7 +27,6 @@ from baton_platform.apikeys import hash_key, mint_key
 from e2e.otlp import OtlpReceiver
 from testbed import default_config_data
 
-pytestmark = [pytest.mark.e2e, pytest.mark.kafka]
 
 FUZZ_KEY, LIMITED_KEY, BROKE_KEY, FEEDBACK_KEY = mint_key(), mint_key(), mint_key(), mint_key()
 PROVIDER_KEY = "sk-provider-" + mint_key()[3:]

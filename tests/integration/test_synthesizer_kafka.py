@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import uuid
 
-import pytest
 from aiokafka import AIOKafkaProducer
 from baton.v1 import common_pb2, requests_pb2, responses_pb2, tasks_pb2, workflow_pb2
 from faststream import TestApp
@@ -12,9 +11,7 @@ from faststream import TestApp
 from baton_platform import topics
 from baton_synthesizer.main import create_app
 from baton_workflow import Plan, to_proto
-from integration.helpers import Tap, config_for, ensure_topics, publish, tracer
-
-pytestmark = pytest.mark.kafka
+from testbed import Tap, config_for, ensure_topics, publish, tracer
 
 
 def planned_event(rid: str) -> bytes:
