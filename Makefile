@@ -45,7 +45,7 @@ gpu-check: install ## On a GPU machine: vLLM's CUDA build runs the conductor; pl
 test: install kafka helm vllm ## The whole suite: unit, component, integration, e2e (starts its own Kafka) and the chart
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-fast: install ## Unit and component tests only (no broker, no vLLM engine)
+test-fast: install ## Tests without a broker, service processes or the vLLM engine (unit, component, in-memory consumers)
 	$(PY) -m pytest -m "not kafka and not e2e and not vllm" $(PYTEST_ARGS)
 
 chaos: install kafka ## Kill -9 and restart each service, then the broker, under load; print a table per fault (~2-4 min; also in `make test`)

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from testbed import BUSES, Bus, default_config_data
 
 # Tiers by where a test lives...

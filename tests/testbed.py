@@ -85,8 +85,8 @@ def sandbox_available() -> bool:
 def running_stack(data: dict, run_dir: Path, bootstrap_servers: str):
     """Every service of `data`'s configuration as its own process on the given broker, the gateway on a
     free port; stopped however the block ends."""
-    from baton_tools.stack import Stack
     from baton_tools.procs import free_port
+    from baton_tools.stack import Stack
 
     cfg = Path(run_dir) / "baton.yaml"
     cfg.write_text(yaml.safe_dump(data))
@@ -156,11 +156,10 @@ class Tap:
         self.records: list = []
         self.consumer = None
 
-    async def __aenter__(self) -> "Tap":
+    async def __aenter__(self) -> Tap:
         if self.bootstrap is None:
             return self
         from aiokafka import AIOKafkaConsumer, TopicPartition
-
         from baton_platform.kafka import partition_ids
 
         self.consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None, auto_offset_reset="latest")
@@ -193,6 +192,28 @@ class Tap:
             for recs in batch.values():
                 self.records.extend(recs)
         return [r for r in self.records if predicate(r)]
+
+
+def planned_event(rid: str, reply_partition: int = 2) -> bytes:
+    """A two-step plan (draft, then a check that reads the draft) for the synthesizer."""
+    from baton.v1 import common_pb2, requests_pb2, workflow_pb2
+    from baton_workflow import Plan, to_proto
+
+    request = requests_pb2.ChatRequest(request_id=rid, messages=[common_pb2.ChatMessage(role="user", content="Q")],
+                                       reply_partition=reply_partition)
+    plan = to_proto(Plan(workers=["gemini-flash", "gemini-pro"], subtasks=["draft", "check"], access=[[], [0]]),
+                    backend="static")
+    return workflow_pb2.WorkflowEvent(request_id=rid, planned=workflow_pb2.WorkflowPlanned(
+        request=request, plan=plan)).SerializeToString()
+
+
+def completed(rid: str, step: int, output: str) -> bytes:
+    """Step `step`'s first attempt of request `rid`, done with `output`."""
+    from baton.v1 import common_pb2, workflow_pb2
+
+    return workflow_pb2.WorkflowEvent(request_id=rid, step_completed=workflow_pb2.StepCompleted(
+        task_id=f"{rid}:{step}:1", step=step, attempt=1, output=output,
+        usage=common_pb2.Usage(calls=1))).SerializeToString()
 
 
 def header(record, name: str) -> str | None:

@@ -6,27 +6,11 @@ from __future__ import annotations
 
 import uuid
 
-from baton.v1 import common_pb2, requests_pb2, responses_pb2, tasks_pb2, workflow_pb2
-
+from baton.v1 import responses_pb2, tasks_pb2, workflow_pb2
 from baton_platform import topics
 from baton_platform.telemetry import setup_tracing
 from baton_synthesizer.main import create_app
-from baton_workflow import Plan, to_proto
-
-
-def planned(rid: str) -> bytes:
-    request = requests_pb2.ChatRequest(request_id=rid, messages=[common_pb2.ChatMessage(role="user", content="Q")],
-                                       reply_partition=2)
-    plan = to_proto(Plan(workers=["gemini-flash", "gemini-pro"], subtasks=["draft", "check"], access=[[], [0]]),
-                    backend="static")
-    return workflow_pb2.WorkflowEvent(request_id=rid, planned=workflow_pb2.WorkflowPlanned(
-        request=request, plan=plan)).SerializeToString()
-
-
-def completed(rid: str, step: int, output: str) -> bytes:
-    return workflow_pb2.WorkflowEvent(request_id=rid, step_completed=workflow_pb2.StepCompleted(
-        task_id=f"{rid}:{step}:1", step=step, attempt=1, output=output,
-        usage=common_pb2.Usage(calls=1))).SerializeToString()
+from testbed import completed, planned_event
 
 
 async def test_a_plan_runs_step_by_step_to_an_answer_on_the_reply_partition(bus):
@@ -41,7 +25,7 @@ async def test_a_plan_runs_step_by_step_to_an_answer_on_the_reply_partition(bus)
 
     async with bus.running(app, topics.tasks_topic("sim"), topics.RESPONSES) as seen:
         tasks = seen[topics.tasks_topic("sim")]
-        await bus.publish(app, topics.WORKFLOW, rid, planned(rid))
+        await bus.publish(app, topics.WORKFLOW, rid, planned_event(rid))
         (t0,) = await tasks.wait(task_of(0))
         assert tasks_pb2.Task.FromString(t0.value).task_id == f"{rid}:0:1"
         assert await tasks.wait(task_of(1), timeout=0.5) == [], "step 1 waits for the step it reads"
@@ -61,7 +45,7 @@ async def test_an_event_that_is_not_a_workflow_event_is_dead_lettered_and_the_ne
     async with bus.running(app, topics.tasks_topic("sim"), topics.DLQ) as seen:
         await bus.publish(app, topics.WORKFLOW, rid, b"\xff\xfe not protobuf")
         await bus.publish(app, topics.WORKFLOW, rid, workflow_pb2.WorkflowEvent(request_id=rid).SerializeToString())
-        await bus.publish(app, topics.WORKFLOW, rid, planned(rid))
+        await bus.publish(app, topics.WORKFLOW, rid, planned_event(rid))
         (task,) = await seen[topics.tasks_topic("sim")].wait(lambda r: r.key == rid.encode())
         letters = await seen[topics.DLQ].wait(lambda r: r.key == rid.encode(), count=2)
     reasons = sorted(dict(r.headers)[topics.DLQ_REASON_HEADER].decode() for r in letters)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 
 import yaml
-
 from testbed import REPO
 
 

@@ -19,7 +19,7 @@ every consumer of the suite needs and none should write again:
 A `Publisher` is a declared FastStream publisher for one topic and message type: AsyncAPI documents
 it, FastStream's test broker routes it, and the broker's middlewares (trace propagation) apply.
 
-A new consumer, whole::
+A whole service that answers every chat request (the same example is in the library's README)::
 
     service = Service.create("baton-echo", config)
     answers = service.publisher(topics.RESPONSES, responses_pb2.Response)
@@ -27,8 +27,7 @@ A new consumer, whole::
     async def echo(request: requests_pb2.ChatRequest, record: Record) -> None:
         if not request.request_id:
             raise PoisonMessage("ChatRequest without request_id")
-        await answers.send(responses_pb2.Response(request_id=request.request_id, answer="hi"),
-                           key=request.request_id)
+        await answers.send(responses_pb2.Response(request_id=request.request_id, answer="hi"), key=request.request_id)
 
     service.consumer(topics.REQUESTS, requests_pb2.ChatRequest, echo, group="baton-echo", tracked=True)
     app = service.asgi_app()
@@ -204,7 +203,7 @@ class Consumer(ConsumerRebalanceListener, Generic[M]):
             await asyncio.sleep(seconds)
             try:
                 await tick()
-            except Exception:  # noqa: BLE001 - a timer outlives a failed tick; the next one tries again
+            except Exception:
                 log.exception("periodic task of the %s consumer failed", self.topic)
 
     # -- records -----------------------------------------------------------------------------------

@@ -174,6 +174,7 @@ class TaskConsumer:
         of baton.responses that the client's gateway replica reads."""
         if not task.stream:
             return None
+
         async def publish(response: responses_pb2.Response) -> None:
             await self.answers.send(response, key=task.request_id, partition=task.reply_partition)
 
