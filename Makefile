@@ -9,7 +9,7 @@ PY := .venv/bin/python
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: help install proto kafka helm vllm gpu-check lint test test-fast chaos demo train-demo up down bench images k8s-images k8s-tools k8s-up k8s-down k8s-test clean
+.PHONY: help install proto docs kafka helm vllm gpu-check lint test test-fast chaos demo train-demo up down bench images k8s-images k8s-tools k8s-up k8s-down k8s-test clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  %-12s %s\n", $$1, $$2}'
@@ -26,6 +26,9 @@ install: .venv/.installed ## Build .venv with every service, the libraries, test
 
 proto: install ## Regenerate libs/contracts from proto/baton/v1
 	$(PY) -m grpc_tools.protoc -I proto --python_out=libs/contracts --pyi_out=libs/contracts proto/baton/v1/*.proto
+
+docs: install ## Regenerate docs/asyncapi.yaml (the topics each service reads and writes) from the wiring
+	$(PY) tools/asyncapi.py docs/asyncapi.yaml
 
 kafka: install ## Download Apache Kafka's jars from Maven Central (cached)
 	$(PY) -m baton_tools.kafka fetch
@@ -46,7 +49,7 @@ lint: install ## ruff (lint and import order) and mypy (types), configured in py
 test: install kafka helm vllm ## The whole suite: unit, component, integration, e2e (starts its own Kafka) and the chart
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-fast: install ## Unit and component tests only (no broker, no vLLM engine)
+test-fast: install ## Tests without a broker, service processes or the vLLM engine (unit, component, in-memory consumers)
 	$(PY) -m pytest -m "not kafka and not e2e and not vllm" $(PYTEST_ARGS)
 
 chaos: install kafka ## Kill -9 and restart each service, then the broker, under load; print a table per fault (~2-4 min; also in `make test`)

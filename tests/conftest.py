@@ -1,4 +1,6 @@
-"""Shared fixtures: a real Kafka broker for the tiers that need one, and config files built per test."""
+"""Shared fixtures (a real Kafka broker for the tiers that need one, the consumer tests' bus, config
+files built per test) and the tier markers, applied here so that `-m "not kafka and not e2e and not
+vllm"` (`make test-fast`) means no broker, no service processes and no vLLM engine."""
 
 from __future__ import annotations
 
@@ -7,8 +9,36 @@ from pathlib import Path
 
 import pytest
 import yaml
+from testbed import BUSES, Bus, default_config_data
 
-from testbed import default_config_data
+# Tiers by where a test lives...
+DIRECTORY_TIERS = {"integration": ("kafka",), "e2e": ("e2e", "kafka")}
+# ...by what it uses...
+FIXTURE_TIERS = {"kafka_bootstrap": ("kafka",)}
+# ...and, for the few that need the vLLM environment or take minutes, by module.
+MODULE_TIERS = {
+    "conductor/test_conductor_transformers.py": ("slow",),
+    "conductor/test_conductor_vllm_engine.py": ("vllm", "slow"),
+    "e2e/test_chaos.py": ("slow",),
+    "e2e/test_executor_scale.py": ("slow",),
+    "e2e/test_llm_conductor.py": ("slow",),
+    "e2e/test_local_model.py": ("vllm", "slow"),
+    "e2e/test_vllm_conductor.py": ("vllm", "slow"),
+}
+TESTS = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(items) -> None:
+    for item in items:
+        path = Path(str(item.fspath)).resolve().relative_to(TESTS)
+        tiers = set(DIRECTORY_TIERS.get(path.parts[0], ())) | set(MODULE_TIERS.get(path.as_posix(), ()))
+        for fixture in item.fixturenames:
+            tiers |= set(FIXTURE_TIERS.get(fixture, ()))
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and callspec.params.get("bus") == "kafka":
+            tiers.add("kafka")  # the consumer tests' real-broker run
+        for tier in sorted(tiers):
+            item.add_marker(tier)
 
 
 @pytest.fixture(scope="session")
@@ -17,6 +47,13 @@ def kafka_bootstrap() -> str:
 
     with kafka_for_tests() as bootstrap:
         yield bootstrap
+
+
+@pytest.fixture(params=BUSES)
+def bus(request, write_config) -> Bus:
+    """Where a consumer test runs its service: FastStream's in-memory broker, then the real one."""
+    bootstrap = request.getfixturevalue("kafka_bootstrap") if request.param == "kafka" else None
+    return Bus(request.param, write_config, bootstrap)
 
 
 @pytest.fixture

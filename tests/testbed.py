@@ -3,15 +3,37 @@
 from __future__ import annotations
 
 import contextlib
+import csv
+import sys
+import time
 from pathlib import Path
 
 import yaml
+from faststream.kafka import KafkaMessage
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = REPO / "config" / "baton.yaml"
 ROUTING_DATA = REPO / "data" / "routing"
 MMLU_PRO = ROUTING_DATA / "mmlu_pro_dev.csv"
 
+
+
+def first_question() -> dict:
+    """The first row of the MMLU-Pro outcome matrix the sim workers answer from."""
+    csv.field_size_limit(sys.maxsize)
+    with MMLU_PRO.open(newline="") as f:
+        return next(csv.DictReader(f))
+
+
+def wait_for(predicate, timeout=30.0, interval=0.3):
+    """Poll `predicate` (in a thread-free test: blocking) until it returns something truthy."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    return predicate()
 
 
 def default_config_data(local_model_port: int | None = None) -> dict:
@@ -63,8 +85,8 @@ def sandbox_available() -> bool:
 def running_stack(data: dict, run_dir: Path, bootstrap_servers: str):
     """Every service of `data`'s configuration as its own process on the given broker, the gateway on a
     free port; stopped however the block ends."""
-    from baton_tools.stack import Stack
     from baton_tools.procs import free_port
+    from baton_tools.stack import Stack
 
     cfg = Path(run_dir) / "baton.yaml"
     cfg.write_text(yaml.safe_dump(data))
@@ -74,3 +96,172 @@ def running_stack(data: dict, run_dir: Path, bootstrap_servers: str):
         yield stack
     finally:
         stack.stop()
+
+
+# -- driving services' consumers on a broker ----------------------------------------------------------
+
+BUSES = ("memory", "kafka")
+
+
+def tracer():
+    from opentelemetry.sdk.trace import TracerProvider
+
+    return TracerProvider()
+
+
+async def settle(seconds: float = 0.5) -> None:
+    import asyncio
+
+    await asyncio.sleep(seconds)
+
+
+async def ensure_topics(bootstrap: str, partitions: int = 4) -> None:
+    from baton_platform import topics
+    from baton_tools.kafka import acreate_topics
+
+    counts, configs = topics.topic_plan(partitions, ["sim"])
+    await acreate_topics(bootstrap, counts, config=configs)
+
+
+def kafka_section(bootstrap: str) -> dict:
+    """The test configuration's kafka section for a broker at `bootstrap`."""
+    return {"bootstrap_servers": bootstrap, "partitions": 4, "session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
+
+
+def config_for(write_config, bootstrap: str, **sections):
+    from baton_platform.config import load_config
+
+    return load_config(write_config({"kafka": kafka_section(bootstrap), **sections}))
+
+
+async def publish(bootstrap: str, topic: str, key: str, value: bytes) -> None:
+    """Write one record as another service would."""
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await producer.start()
+    try:
+        await producer.send_and_wait(topic, value, key=key.encode())
+    finally:
+        await producer.stop()
+
+
+class Tap:
+    """The records published to one topic from now on (aiokafka ConsumerRecords): read from the
+    topic's end on the real broker (`bootstrap`), or handed over by an in-memory subscriber."""
+
+    def __init__(self, bootstrap: str | None, topic: str) -> None:
+        self.topic = topic
+        self.bootstrap = bootstrap
+        self.records: list = []
+        self.consumer = None
+
+    async def __aenter__(self) -> Tap:
+        if self.bootstrap is None:
+            return self
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+        from baton_platform.kafka import partition_ids
+
+        self.consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None, auto_offset_reset="latest")
+        await self.consumer.start()
+        parts = await partition_ids({"bootstrap_servers": self.bootstrap}, self.topic)
+        tps = [TopicPartition(self.topic, p) for p in parts]
+        self.consumer.assign(tps)
+        await self.consumer.seek_to_end(*tps)
+        for tp in tps:  # resolve positions now, so nothing published after this is missed
+            await self.consumer.position(tp)
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        if self.consumer is not None:
+            await self.consumer.stop()
+
+    async def wait(self, predicate=lambda r: True, count: int = 1, timeout: float = 20.0) -> list:
+        """The matching records once there are `count` of them, or what matched by the timeout."""
+        import asyncio
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            matched = [r for r in self.records if predicate(r)]
+            if len(matched) >= count:
+                return matched
+            if self.consumer is None:
+                await asyncio.sleep(0.02)
+                continue
+            batch = await self.consumer.getmany(timeout_ms=300)
+            for recs in batch.values():
+                self.records.extend(recs)
+        return [r for r in self.records if predicate(r)]
+
+
+def planned_event(rid: str, reply_partition: int = 2) -> bytes:
+    """A two-step plan (draft, then a check that reads the draft) for the synthesizer."""
+    from baton.v1 import common_pb2, requests_pb2, workflow_pb2
+    from baton_workflow import Plan, to_proto
+
+    request = requests_pb2.ChatRequest(request_id=rid, messages=[common_pb2.ChatMessage(role="user", content="Q")],
+                                       reply_partition=reply_partition)
+    plan = to_proto(Plan(workers=["gemini-flash", "gemini-pro"], subtasks=["draft", "check"], access=[[], [0]]),
+                    backend="static")
+    return workflow_pb2.WorkflowEvent(request_id=rid, planned=workflow_pb2.WorkflowPlanned(
+        request=request, plan=plan)).SerializeToString()
+
+
+def completed(rid: str, step: int, output: str) -> bytes:
+    """Step `step`'s first attempt of request `rid`, done with `output`."""
+    from baton.v1 import common_pb2, workflow_pb2
+
+    return workflow_pb2.WorkflowEvent(request_id=rid, step_completed=workflow_pb2.StepCompleted(
+        task_id=f"{rid}:{step}:1", step=step, attempt=1, output=output,
+        usage=common_pb2.Usage(calls=1))).SerializeToString()
+
+
+def header(record, name: str) -> str | None:
+    return next((v.decode() for k, v in record.headers if k == name), None)
+
+
+class Bus:
+    """A consumer test's broker: `memory` (FastStream's TestKafkaBroker) or `kafka` (the harness's).
+    The same test body runs on both, as FastStream's own tests do with their TestcaseBroker."""
+
+    def __init__(self, kind: str, write_config, bootstrap: str | None) -> None:
+        self.kind, self._write_config, self.bootstrap = kind, write_config, bootstrap
+
+    def config(self, data: dict | None = None, **sections):
+        """The test configuration, on this bus's broker."""
+        from baton_platform.config import load_config
+
+        if self.bootstrap is not None:
+            sections["kafka"] = kafka_section(self.bootstrap)
+        return load_config(self._write_config(sections, data=data))
+
+    @contextlib.asynccontextmanager
+    async def running(self, app, *tapped: str):
+        """Run `app` (a service's AsgiFastStream) with a Tap on each of `tapped`; yields the taps by topic."""
+        from faststream import TestApp
+        from faststream.kafka import TestKafkaBroker
+
+        async with contextlib.AsyncExitStack() as stack:
+            if self.bootstrap is not None:
+                await ensure_topics(self.bootstrap)
+            taps = {t: await stack.enter_async_context(Tap(self.bootstrap, t)) for t in tapped}
+            if self.bootstrap is None:
+                for tap in taps.values():
+                    app.broker.subscriber(tap.topic)(_keeper(tap))
+                await stack.enter_async_context(TestKafkaBroker(app.broker))
+            await stack.enter_async_context(TestApp(app))
+            yield taps
+
+    async def publish(self, app, topic: str, key: str, value: bytes) -> None:
+        """Write a record as another service would."""
+        if self.bootstrap is None:
+            await app.broker.publish(value, topic, key=key.encode())
+        else:
+            await publish(self.bootstrap, topic, key, value)
+
+
+def _keeper(tap: Tap):
+    async def keep(msg: KafkaMessage) -> None:
+        tap.records.append(msg.raw_message)
+
+    return keep

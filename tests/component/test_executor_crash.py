@@ -6,27 +6,33 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
+import pytest
+
 from aiokafka import TopicPartition
 from baton.v1 import tasks_pb2, workflow_pb2
-from prometheus_client import CollectorRegistry
 
 from baton_executor.handlers import TaskConsumer
 from baton_executor.metrics import ExecutorMetrics
 from baton_platform import topics
+from baton_platform.config import load_config
+from baton_platform.service import Service
+from baton_platform.telemetry import setup_tracing
 
 TP = TopicPartition(topics.tasks_topic("sim"), 0)
 
 
 class Broker:
+    """The consumer's results publisher, refusing the first `failures` sends."""
+
     def __init__(self, failures: int = 0) -> None:
         self.failures = failures
         self.published: list[bytes] = []
 
-    async def publish(self, body, topic, key=None, partition=None):
+    async def send(self, message, *, key, partition=None):
         if self.failures:
             self.failures -= 1
             raise ConnectionError("broker away")
-        self.published.append(body)
+        self.published.append(message.SerializeToString())
 
 
 class Runner:
@@ -41,18 +47,25 @@ class Runner:
             task_id=task.task_id, step=task.step, attempt=task.attempt, output="ok"))
 
 
-def consumer(broker: Broker, runner: Runner) -> TaskConsumer:
-    service = SimpleNamespace(broker=broker, dead_letters=None,
-                              config=SimpleNamespace(executor=SimpleNamespace(drain_timeout_s=0.05)))
-    c = TaskConsumer(service, "sim", runner, {}, ExecutorMetrics(CollectorRegistry(), "sim"))
-    c.publish_retry_s = 0.01
-    return c
+@pytest.fixture
+def consumer(write_config):
+    def make(broker: Broker, runner: Runner) -> TaskConsumer:
+        config = load_config(write_config())
+        config.executor.drain_timeout_s = 0.05
+        service = Service.create("baton-executor-sim", config, setup_tracing("t", set_global=False))
+        c = TaskConsumer(service, "sim", runner, {}, ExecutorMetrics(service.registry, "sim"))
+        c.results = broker
+        c.publish_retry_s = 0.01
+        return c
+
+    return make
 
 
 def record(offset: int, task_id: str = "r:0:1") -> SimpleNamespace:
-    task = tasks_pb2.Task(task_id=task_id, request_id="r", step=0, attempt=1, worker="gemini-pro")
-    raw = SimpleNamespace(topic=TP.topic, partition=TP.partition, offset=offset)
-    return SimpleNamespace(raw_message=raw, body=task.SerializeToString(), consumer=None)
+    """A task record at `offset` (FastStream's in-memory records all have offset 0)."""
+    body = tasks_pb2.Task(task_id=task_id, request_id="r", step=0, attempt=1, worker="gemini-pro").SerializeToString()
+    raw = SimpleNamespace(topic=TP.topic, partition=TP.partition, offset=offset, key=b"r", value=body)
+    return SimpleNamespace(raw_message=raw, body=body)
 
 
 async def eventually(predicate, timeout=3.0):
@@ -63,13 +76,13 @@ async def eventually(predicate, timeout=3.0):
     return predicate()
 
 
-async def test_a_copy_redelivered_while_its_call_runs_is_not_committed_before_the_result():
+async def test_a_copy_redelivered_while_its_call_runs_is_not_committed_before_the_result(consumer):
     broker, runner = Broker(), Runner()
     c = consumer(broker, runner)
-    await c.handle(record(5))
+    await c.consumer.consume(record(5))
     # The partition leaves and comes back to this replica while the call is still running.
-    await c.on_partitions_revoked([TP])
-    await c.handle(record(5))
+    await c.consumer.on_partitions_revoked([TP])
+    await c.consumer.consume(record(5))
     assert c.tracker.committable()[TP] == 5, "the redelivered copy waits for its call's result"
     assert runner.calls == 1, "the call is not started twice"
     runner.release.set()
@@ -77,29 +90,29 @@ async def test_a_copy_redelivered_while_its_call_runs_is_not_committed_before_th
     assert len(broker.published) == 1
 
 
-async def test_a_result_the_broker_refuses_is_published_again_and_then_committed():
+async def test_a_result_the_broker_refuses_is_published_again_and_then_committed(consumer):
     broker, runner = Broker(failures=3), Runner()
     runner.release.set()
     c = consumer(broker, runner)
-    await c.handle(record(7))
+    await c.consumer.consume(record(7))
     assert await eventually(lambda: broker.published), "the result is retried until the broker takes it"
     assert await eventually(lambda: c.tracker.committable()[TP] == 8), "the partition's commits move on"
     assert workflow_pb2.WorkflowEvent.FromString(broker.published[0]).step_completed.task_id == "r:0:1"
     assert "r:0:1" in c.done and not c.running
 
 
-async def test_a_result_not_published_before_its_partition_moves_is_left_to_the_new_owner():
+async def test_a_result_not_published_before_its_partition_moves_is_left_to_the_new_owner(consumer):
     broker, runner = Broker(failures=10_000), Runner()
     runner.release.set()
     c = consumer(broker, runner)
-    await c.handle(record(3))
+    await c.consumer.consume(record(3))
     await asyncio.sleep(0.05)
-    await c.on_partitions_revoked([TP])
+    await c.consumer.on_partitions_revoked([TP])
     assert await eventually(lambda: not c.running), "it stops retrying once it owns no record of the task"
     assert "r:0:1" not in c.done and not broker.published
 
 
-async def test_an_unexpected_executor_error_ends_the_step_instead_of_holding_the_partition():
+async def test_an_unexpected_executor_error_ends_the_step_instead_of_holding_the_partition(consumer):
     broker = Broker()
 
     class Broken:
@@ -107,7 +120,7 @@ async def test_an_unexpected_executor_error_ends_the_step_instead_of_holding_the
             raise RuntimeError("bug")
 
     c = consumer(broker, Broken())
-    await c.handle(record(1))
+    await c.consumer.consume(record(1))
     assert await eventually(lambda: c.tracker.committable().get(TP) == 2)
     failed = workflow_pb2.WorkflowEvent.FromString(broker.published[0]).step_failed
     assert failed.error.code == "executor_error" and not failed.retryable
@@ -121,14 +134,14 @@ class WaitingRunner(Runner):
         self.calling: set[str] = set()
 
 
-async def test_a_revoked_task_still_waiting_for_its_turn_is_dropped_not_drained():
+async def test_a_revoked_task_still_waiting_for_its_turn_is_dropped_not_drained(consumer):
     broker, runner = Broker(), WaitingRunner()
     c = consumer(broker, runner)
     c.service.config.executor.drain_timeout_s = 30  # a drain would outlast the test's patience
-    await c.handle(record(4, "r:0:1"))
-    await c.handle(record(5, "r:1:1"))
+    await c.consumer.consume(record(4, "r:0:1"))
+    await c.consumer.consume(record(5, "r:1:1"))
     runner.calling.add("r:1:1")  # this one's provider call has begun
-    revoke = asyncio.create_task(c.on_partitions_revoked([TP]))
+    revoke = asyncio.create_task(c.consumer.on_partitions_revoked([TP]))
     assert await eventually(lambda: "r:0:1" not in c.running), "the waiting task is dropped at once"
     assert not revoke.done(), "the task whose call began is drained"
     runner.release.set()

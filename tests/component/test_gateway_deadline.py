@@ -10,6 +10,7 @@ from faststream.kafka import TestKafkaBroker
 
 import baton_gateway.main as gateway
 from baton_platform.config import load_config
+from baton_platform.consumer import Publisher
 from baton_platform.telemetry import setup_tracing
 from baton_gateway.replies import Replies
 
@@ -23,21 +24,18 @@ class AssignedReplies(Replies):
 
 
 async def test_a_broker_slow_to_take_the_request_does_not_push_the_answer_past_the_deadline(write_config, monkeypatch):
-    brokers = []
-    make_broker = gateway.make_broker
-    monkeypatch.setattr(gateway, "make_broker", lambda *a, **k: brokers.append(make_broker(*a, **k)) or brokers[-1])
     monkeypatch.setattr(gateway, "Replies", AssignedReplies)
     app = gateway.create_app(load_config(write_config({"gateway": {"request_timeout_s": 1, "auth": "none"}})),
                              tracer_provider=setup_tracing("t", set_global=False))
-    (broker,) = brokers
+    broker = app.state.service.broker
     async with TestKafkaBroker(broker):
-        publish = broker.publish
+        send = Publisher.send
 
-        async def slow_publish(*args, **kwargs):
+        async def slow_send(*args, **kwargs):
             await asyncio.sleep(4)  # a broker restarting: the send waits for it
-            return await publish(*args, **kwargs)
+            return await send(*args, **kwargs)
 
-        monkeypatch.setattr(broker, "publish", slow_publish)
+        monkeypatch.setattr(Publisher, "send", slow_send)
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as client:
             started = time.monotonic()
             r = await client.post("/v1/chat/completions",

@@ -36,12 +36,9 @@ def final(answer: str) -> responses_pb2.Response:
 
 async def stream_with(write_config, monkeypatch, script: list[responses_pb2.Response], body: dict | None = None):
     """POST a streaming request; the 'workflow' answers it with `script`. Returns the SSE data payloads."""
-    brokers = []
-    make_broker = gateway.make_broker
-    monkeypatch.setattr(gateway, "make_broker", lambda *a, **k: brokers.append(make_broker(*a, **k)) or brokers[-1])
     monkeypatch.setattr(gateway, "Replies", AssignedReplies)
     app = gateway.create_app(load_config(write_config()), tracer_provider=setup_tracing("t", set_global=False))
-    (broker,) = brokers
+    broker = app.state.service.broker
     seen: list[requests_pb2.ChatRequest] = []
 
     @broker.subscriber(topics.REQUESTS)
@@ -90,3 +87,21 @@ async def test_an_answer_that_does_not_extend_the_streamed_text_ends_in_an_error
 async def test_without_deltas_or_with_all_of_them_the_text_is_the_answer(write_config, monkeypatch, script):
     events = await stream_with(write_config, monkeypatch, script)
     assert "".join(contents(events)) == "Whole answer." and "usage" not in events[-1]
+
+
+async def test_a_reply_that_does_not_decode_is_dead_lettered_and_counted(write_config):
+    app = gateway.create_app(load_config(write_config()), tracer_provider=setup_tracing("t", set_global=False))
+    broker = app.state.service.broker
+    letters: list[KafkaMessage] = []
+
+    @broker.subscriber(topics.DLQ)
+    async def dlq(msg: KafkaMessage):
+        letters.append(msg)
+
+    async with TestKafkaBroker(broker) as br:
+        await br.publish(b"\xff not a response", topics.RESPONSES, key=b"r")
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as client:
+            metrics = (await client.get("/metrics")).text
+    (letter,) = letters
+    assert "not a valid baton.v1.Response" in letter.headers[topics.DLQ_REASON_HEADER]
+    assert 'baton_dlq_messages_total{topic="baton.responses"} 1.0' in metrics

@@ -5,15 +5,18 @@ answered before the crash is not answered again."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from types import SimpleNamespace
 
 from aiokafka import TopicPartition
 from baton.v1 import common_pb2, requests_pb2, responses_pb2, workflow_pb2
-from prometheus_client import CollectorRegistry
+from faststream.kafka import KafkaMessage, TestKafkaBroker
 
 from baton_platform import topics
 from baton_platform.config import load_config
+from baton_platform.service import Service
+from baton_platform.telemetry import setup_tracing
 from baton_synthesizer.handlers import SynthesizerWiring
 from baton_synthesizer.workflows import Workflows
 from baton_workflow import Plan, to_proto
@@ -21,22 +24,20 @@ from baton_workflow import Plan, to_proto
 TP = TopicPartition(topics.WORKFLOW, 0)
 
 
-class Broker:
-    def __init__(self) -> None:
-        self.published: list[tuple[str, bytes]] = []
-
-    async def publish(self, body, topic, key=None, partition=None):
-        self.published.append((topic, body))
-
-    def responses(self) -> list[responses_pb2.Response]:
-        return [responses_pb2.Response.FromString(b) for t, b in self.published if t == topics.RESPONSES]
-
-
-def wiring(write_config) -> tuple[SynthesizerWiring, Broker]:
-    broker = Broker()
+@contextlib.asynccontextmanager
+async def wiring(write_config):
+    """The wiring on FastStream's in-memory broker; yields it and the responses it publishes."""
     config = load_config(write_config())
-    service = SimpleNamespace(broker=broker, config=config, registry=CollectorRegistry(), dead_letters=None)
-    return SynthesizerWiring(service, Workflows(config)), broker
+    service = Service.create("baton-synthesizer", config, setup_tracing("t", set_global=False))
+    w = SynthesizerWiring(service, Workflows(config))
+    responses: list[responses_pb2.Response] = []
+
+    @service.broker.subscriber(topics.RESPONSES)
+    async def tap(msg: KafkaMessage):
+        responses.append(responses_pb2.Response.FromString(msg.body))
+
+    async with TestKafkaBroker(service.broker):
+        yield w, responses, service
 
 
 def history(rid: str, deadline_ms: int) -> list[workflow_pb2.WorkflowEvent]:
@@ -48,39 +49,46 @@ def history(rid: str, deadline_ms: int) -> list[workflow_pb2.WorkflowEvent]:
                 task_id=f"{rid}:0:1", step=0, attempt=1, output="ANSWER", usage=common_pb2.Usage(calls=1)))]
 
 
-def record(offset: int, event: workflow_pb2.WorkflowEvent, end: int) -> SimpleNamespace:
-    raw = SimpleNamespace(topic=TP.topic, partition=TP.partition, offset=offset)
-    return SimpleNamespace(raw_message=raw, body=event.SerializeToString(),
-                           consumer=SimpleNamespace(highwater=lambda tp: end))
+def record(offset: int, event: workflow_pb2.WorkflowEvent) -> SimpleNamespace:
+    """A record at `offset` of partition 0 (FastStream's in-memory records all have offset 0)."""
+    body = event.SerializeToString()
+    raw = SimpleNamespace(topic=TP.topic, partition=TP.partition, offset=offset, key=b"", value=body)
+    return SimpleNamespace(raw_message=raw, body=body)
+
+
+def history_read_to(w: SynthesizerWiring, end: int) -> None:
+    """The partition's end offset as the Kafka consumer would report it after a restart."""
+    w.consumer.end_offset = lambda tp: end
 
 
 async def test_a_replayed_workflow_past_its_deadline_is_not_failed_before_its_results_are_read(write_config):
-    w, broker = wiring(write_config)
-    w.answered = _none_answered
-    events = history("r1", deadline_ms=int(time.time() * 1000) - 1000)  # the deadline passed while it was down
-    await w.start_timers()
-    try:
-        await w.handle(record(0, events[0], end=2))
-        await asyncio.sleep(0.6)  # the watchdog runs while the rest of the partition is still unread
-        await w.handle(record(1, events[1], end=2))
-    finally:
-        await w.stop_timers()
-    (response,) = broker.responses()
+    async with wiring(write_config) as (w, responses, service):
+        w.answered = _none_answered
+        history_read_to(w, 2)
+        events = history("r1", deadline_ms=int(time.time() * 1000) - 1000)  # the deadline passed while it was down
+        await service.start_consumers()
+        try:
+            await w.consumer.consume(record(0, events[0]))
+            await asyncio.sleep(0.6)  # the watchdog runs while the rest of the partition is still unread
+            await w.consumer.consume(record(1, events[1]))
+        finally:
+            await service.stop_consumers()
+    (response,) = responses
     assert response.WhichOneof("outcome") == "answer" and response.answer == "ANSWER", response
 
 
 async def test_a_workflow_answered_before_the_crash_is_not_answered_again(write_config):
-    w, broker = wiring(write_config)
-
     async def answered(runs):
         return {r.request.request_id for r in runs}
 
-    w.answered = answered
-    events = history("r2", deadline_ms=int(time.time() * 1000) + 60_000)
-    await w.handle(record(0, events[0], end=2))
-    await w.handle(record(1, events[1], end=2))
-    assert broker.responses() == [], "its response is already on baton.responses"
-    assert w.tracker.committable()[TP] == 2, "and its partition commits past it"
+    async with wiring(write_config) as (w, responses, _):
+        w.answered = answered
+        history_read_to(w, 2)
+        events = history("r2", deadline_ms=int(time.time() * 1000) + 60_000)
+        await w.consumer.consume(record(0, events[0]))
+        await w.consumer.consume(record(1, events[1]))
+    assert responses == [], "its response is already on baton.responses"
+    assert w.consumer.tracker.committable()[TP] == 2, "and its partition commits past it"
     assert "r2" not in w.workflows.runs
 
 

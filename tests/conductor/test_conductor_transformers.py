@@ -22,7 +22,7 @@ from baton_platform.config import BatonConfig
 from baton_router.conductor import ConductorOutputError, build_backend
 from baton_workflow import plan_problems
 
-pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
+pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 # Collection runs before any test imports torch; the backend sets the same default itself when it is
 # first to import torch (see transformers_backend), which in a test session it may not be.

@@ -19,7 +19,7 @@ import pytest
 
 from baton_tools.model_servers import ENGINE_ENV, ensure_vllm
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(1800)]
+pytestmark = pytest.mark.timeout(1800)
 
 PROBE = Path(__file__).with_name("vllm_engine_probe.py")
 

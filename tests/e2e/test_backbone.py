@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import csv
 import json
-import sys
 import time
 
 import httpx
@@ -19,24 +17,13 @@ from baton_tools.procs import free_port
 from baton_tools.standins.server import run_standin
 from baton_platform import topics
 from baton_platform.apikeys import hash_key
-from testbed import MMLU_PRO, default_config_data, episode_of
+from testbed import default_config_data, episode_of, first_question, wait_for
 from e2e.otlp import OtlpReceiver
 
-pytestmark = [pytest.mark.e2e, pytest.mark.kafka]
 
 CALLER_KEY = "caller-key-7f3a9c"           # what clients send to the gateway
 DRAFT_CHECK = r"(?s)\[local-model\] saw: .*Check the first draft.*"
 PROVIDER_KEY = "sk-provider-secret-51d2e8"  # what the executor sends to the local provider
-
-
-def wait_for(predicate, timeout=30.0, interval=0.3):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    return predicate()
 
 
 @pytest.fixture(scope="module")
@@ -89,12 +76,6 @@ def stack(kafka_bootstrap, standin, tmp_path_factory):
 @pytest.fixture
 def client(stack):
     return openai.OpenAI(base_url=stack.base_url, api_key=CALLER_KEY, max_retries=0, timeout=60)
-
-
-def first_question():
-    csv.field_size_limit(sys.maxsize)
-    with MMLU_PRO.open(newline="") as f:
-        return next(csv.DictReader(f))
 
 
 def test_an_answer_comes_back_through_every_service_in_one_trace(stack, client):

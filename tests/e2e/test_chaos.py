@@ -45,9 +45,8 @@ from baton_tools.kafka import LocalKafka
 from baton_tools.stack import Stack
 from baton_tools.procs import free_port
 from baton_platform import topics
-from testbed import MMLU_PRO, default_config_data
+from testbed import MMLU_PRO, default_config_data, wait_for
 
-pytestmark = [pytest.mark.e2e, pytest.mark.kafka, pytest.mark.slow]
 
 RATE_PER_S = 3.0
 DEADLINE_S = 20.0
@@ -155,16 +154,6 @@ def restart_with_the_cli(stack: Stack, name: str) -> None:
     stack.services = Stack.attach(stack.run_dir).services
 
 
-def wait_until(predicate, timeout: float, step: float = 0.25):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    return predicate()
-
-
 def episodes(dataset_dir) -> Counter:
     """Rows per chaos id in the episode dataset."""
     rows: Counter = Counter()
@@ -233,7 +222,7 @@ def test_every_process_and_the_broker_killed_in_turn_under_load(tmp_path):
         stack.start(echo=lambda *_: None)
         load = Load(stack.base_url, questions())
         load.start()
-        assert wait_until(lambda: load.first_answer_after(0), 60), "the stack answers before any fault"
+        assert wait_for(lambda: load.first_answer_after(0), 60, 0.25), "the stack answers before any fault"
         time.sleep(2)
         for fault in FAULTS:
             load.phase = fault
@@ -251,7 +240,7 @@ def test_every_process_and_the_broker_killed_in_turn_under_load(tmp_path):
                 restart_with_the_cli(stack, fault)
             back = time.monotonic()
             # Recovered: a request sent once the process (or broker) is back has been answered.
-            answered = wait_until(lambda: load.first_answer_after(back), 60)
+            answered = wait_for(lambda: load.first_answer_after(back), 60, 0.25)
             recovery[fault] = answered - t0 if answered else None
             time.sleep(3)
         load.phase = "after"
@@ -260,7 +249,7 @@ def test_every_process_and_the_broker_killed_in_turn_under_load(tmp_path):
         calls = load.calls
         answered = {c.cid for c in calls if c.outcome == "answer"}
         # Let the last workflows end, the reward logger write them and every group commit.
-        rows = wait_until(lambda: (r := episodes(stack.dataset_dir)) and answered <= set(r) and r, 40) or Counter()
+        rows = wait_for(lambda: (r := episodes(stack.dataset_dir)) and answered <= set(r) and r, 40, 0.25) or Counter()
         late = asyncio.run(_wait_unstalled(kafka.bootstrap_servers, 40))
         results = asyncio.run(completions(kafka.bootstrap_servers))
     finally:

@@ -16,7 +16,6 @@ from baton_platform import topics
 from baton_tools.traffic import make_task, offer
 from baton_tools.executors import ExecutorProcs, StepResults, sustained_rate
 
-pytestmark = [pytest.mark.e2e, pytest.mark.kafka, pytest.mark.slow]
 
 LIMIT_PER_S = 20          # what the provider stand-in allows ...
 WINDOW_S = 6.0            # ... in any sliding window of this length (real providers use a minute)

@@ -6,14 +6,11 @@ import time
 
 import openai
 import pyarrow.dataset as ds
-import pytest
 import yaml
 
 from baton_tools.stack import Stack
 from baton_tools.procs import free_port
 from testbed import default_config_data
-
-pytestmark = [pytest.mark.e2e, pytest.mark.kafka]
 
 
 def exploring_stack(kafka_bootstrap, tmp_path, **sections) -> Stack:

@@ -20,7 +20,6 @@ from pydantic import BaseModel
 from baton_tools.standins.server import reset_standin, run_standin, standin_requests
 from testbed import default_config_data, running_stack
 
-pytestmark = [pytest.mark.e2e, pytest.mark.kafka]
 
 DRAFT = "Draft what the answer needs."
 ANSWER = "Give the final answer."

@@ -21,13 +21,12 @@ from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from baton_tools.stack import Stack
-from baton_tools.procs import free_port
+from baton_tools.procs import alive, free_port
 from baton_tools.standins.server import run_standin
 from baton_platform.apikeys import hash_key, mint_key
 from e2e.otlp import OtlpReceiver
 from testbed import default_config_data
 
-pytestmark = [pytest.mark.e2e, pytest.mark.kafka]
 
 FUZZ_KEY, LIMITED_KEY, BROKE_KEY, FEEDBACK_KEY = mint_key(), mint_key(), mint_key(), mint_key()
 PROVIDER_KEY = "sk-provider-" + mint_key()[3:]
@@ -215,7 +214,7 @@ def test_after_the_fuzz_the_stack_answers_and_no_key_shows_anywhere(stack):
     assert not [s for s in statuses if s >= 500], statuses
     assert statuses[200] > 50, "too few generated requests got through to a workflow"
     for svc in stack.services:
-        assert svc.pid and _alive(svc.pid), f"{svc.name} is gone; see {svc.log}"
+        assert svc.pid and alive(svc.pid), f"{svc.name} is gone; see {svc.log}"
 
     raw = client(stack).chat.completions.with_raw_response.create(
         model="baton", messages=[{"role": "user", "content": "Still answering?"}])
@@ -237,8 +236,3 @@ def test_after_the_fuzz_the_stack_answers_and_no_key_shows_anywhere(stack):
         for where, text in (("logs", logs), ("spans", spans), ("episodes", rows), ("responses", bodies)):
             assert key not in text, f"the {name} key shows in the {where}"
 
-
-def _alive(pid: int) -> bool:
-    from baton_tools.stack import _alive as alive
-
-    return alive(pid)

@@ -8,14 +8,11 @@ import time
 
 import openai
 import pyarrow.dataset as ds
-import pytest
 import yaml
 
 from baton_tools.stack import Stack
 from baton_tools.procs import free_port
 from testbed import MMLU_PRO, default_config_data
-
-pytestmark = [pytest.mark.e2e, pytest.mark.kafka, pytest.mark.slow]
 
 
 def wait_for_episodes(root, count, timeout=30):

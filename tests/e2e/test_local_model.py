@@ -20,7 +20,7 @@ from baton_tools.stack import Stack
 from baton_tools.procs import free_port, group_alive
 from testbed import MMLU_PRO, default_config_data
 
-pytestmark = [pytest.mark.e2e, pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(1500)]
+pytestmark = pytest.mark.timeout(1500)
 
 LOCAL = "smollm2"
 
@@ -36,7 +36,6 @@ def episodes(root, count, timeout=60):
                 break
         time.sleep(0.5)
     return rows
-
 
 
 def test_a_question_the_matrix_lacks_is_answered_by_the_real_model(kafka_bootstrap, tmp_path):

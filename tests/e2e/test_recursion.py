@@ -13,10 +13,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from baton_tools.standins.server import run_standin
-from e2e.test_backbone import first_question, wait_for
-from testbed import default_config_data, episode_of, running_stack
-
-pytestmark = [pytest.mark.e2e, pytest.mark.kafka]
+from testbed import default_config_data, episode_of, first_question, running_stack, wait_for
 
 
 @pytest.fixture(scope="module")

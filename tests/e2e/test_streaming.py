@@ -14,10 +14,8 @@ import openai
 import pytest
 
 from baton_tools.standins.server import configure_standin, reset_standin, run_standin
-from e2e.test_backbone import first_question, wait_for
-from testbed import default_config_data, episode_of, running_stack
+from testbed import default_config_data, episode_of, first_question, running_stack, wait_for
 
-pytestmark = [pytest.mark.e2e, pytest.mark.kafka]
 
 # The stand-in splits an answer into up to 32 chunks; this delay between them makes its stream last
 # seconds, long against the workflow's steps before it.

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
 
 from baton_tools.train_demo import run_train_demo
-
-pytestmark = [pytest.mark.e2e, pytest.mark.kafka]
 
 
 def test_the_train_demo_learns_a_policy_that_does_better_on_fresh_questions(tmp_path):

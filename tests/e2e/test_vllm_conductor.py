@@ -24,7 +24,7 @@ from baton_tools.stack import Stack
 from baton_tools.procs import free_port
 from testbed import MMLU_PRO, default_config_data
 
-pytestmark = [pytest.mark.e2e, pytest.mark.kafka, pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(2400)]
+pytestmark = pytest.mark.timeout(2400)
 
 BASE = "smollm2-135m-instruct"
 MAX_RANK = 16

@@ -11,6 +11,8 @@ import importlib
 import pkgutil
 import time
 
+from baton.v1 import feedback_pb2, responses_pb2
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -137,9 +139,10 @@ def _varint(n: int) -> bytes:
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(raw=st.binary(max_size=400))
 def test_the_reward_loggers_row_makers_take_any_bytes(raw):
-    for make in (response_row_maker("conductor", 0.0, EvalRegistry()), feedback_row_maker()):
+    for kind, make in ((responses_pb2.Response, response_row_maker("conductor", 0.0, EvalRegistry())),
+                       (feedback_pb2.Feedback, feedback_row_maker())):
         try:
-            made = make(raw, 0, 0)
+            made = make(decode(kind, raw), 0, 0)
         except PoisonMessage:
             continue
         assert made is None or isinstance(made[0], dict)

@@ -7,7 +7,6 @@ import random
 import uuid
 from argparse import Namespace
 
-import pytest
 from baton.v1 import common_pb2, requests_pb2, workflow_pb2
 from faststream import TestApp
 
@@ -18,9 +17,8 @@ from baton_trainer.store import PolicyStore, announce, update
 from baton_trainer.train_fast import rollback
 from baton_policy.workflows import single
 from baton_platform.config import load_config
-from integration.helpers import Tap, ensure_topics, publish, tracer
+from testbed import Tap, ensure_topics, publish, tracer
 
-pytestmark = pytest.mark.kafka
 
 MODELS = ["gemini-1.5-pro-002", "gemini-1.5-flash-002", "Meta-Llama-3_1-70B-Instruct"]
 

@@ -12,10 +12,8 @@ from faststream import TestApp
 
 from baton_platform import topics
 from baton_reward_logger.main import create_app
-from integration.helpers import config_for, ensure_topics, publish, settle, tracer
+from testbed import config_for, ensure_topics, publish, settle, tracer
 from moto_s3 import s3_server, s3_url  # noqa: F401 - fixtures
-
-pytestmark = pytest.mark.kafka
 
 
 def rows(root: str):

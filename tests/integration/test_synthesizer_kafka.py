@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import uuid
 
-import pytest
 from aiokafka import AIOKafkaProducer
 from baton.v1 import common_pb2, requests_pb2, responses_pb2, tasks_pb2, workflow_pb2
 from faststream import TestApp
@@ -12,24 +11,7 @@ from faststream import TestApp
 from baton_platform import topics
 from baton_synthesizer.main import create_app
 from baton_workflow import Plan, to_proto
-from integration.helpers import Tap, config_for, ensure_topics, publish, tracer
-
-pytestmark = pytest.mark.kafka
-
-
-def planned_event(rid: str) -> bytes:
-    request = requests_pb2.ChatRequest(request_id=rid, messages=[common_pb2.ChatMessage(role="user", content="Q")],
-                                       reply_partition=2)
-    plan = to_proto(Plan(workers=["gemini-flash", "gemini-pro"], subtasks=["draft", "check"], access=[[], [0]]),
-                    backend="static")
-    return workflow_pb2.WorkflowEvent(request_id=rid, planned=workflow_pb2.WorkflowPlanned(
-        request=request, plan=plan)).SerializeToString()
-
-
-def completed(rid: str, step: int, output: str) -> bytes:
-    return workflow_pb2.WorkflowEvent(request_id=rid, step_completed=workflow_pb2.StepCompleted(
-        task_id=f"{rid}:{step}:1", step=step, attempt=1, output=output,
-        usage=common_pb2.Usage(calls=1))).SerializeToString()
+from testbed import Tap, completed, config_for, ensure_topics, planned_event, publish, tracer
 
 
 async def test_a_restart_mid_workflow_resumes_without_rerunning_completed_steps(kafka_bootstrap, write_config):

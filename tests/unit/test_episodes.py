@@ -169,32 +169,36 @@ async def test_a_record_revoked_while_it_is_graded_is_written_once_by_the_next_r
     from prometheus_client import CollectorRegistry, Counter
 
     from baton_platform.config import load_config
+    from baton_platform.service import Service
+    from baton_platform.telemetry import setup_tracing
     from baton_reward_logger.handlers import Sink
 
     grading, release = threading.Event(), threading.Event()
 
-    def slow_row(value, partition, offset):
+    def slow_row(response, partition, offset):
         grading.set()
         release.wait(5)
-        return {"request_id": value.decode()}, 0
+        return {"request_id": response.request_id}, 0
 
-    service = SimpleNamespace(config=load_config(write_config()), dead_letters=None)
+    service = Service.create("baton-reward-logger", load_config(write_config()), setup_tracing("t", set_global=False))
     written = Counter("rows", "rows", ["topic"], registry=CollectorRegistry())
-    sink = Sink(service, "baton.responses", DatasetWriter(tmp_path, "baton.responses", EPISODE_SCHEMA), slow_row, written)
+    sink = Sink(service, "baton.responses", responses_pb2.Response,
+                DatasetWriter(tmp_path, "baton.responses", EPISODE_SCHEMA), slow_row, written)
     rows = []
     sink.writer = SimpleNamespace(write=lambda partition, records: rows.extend(r.offset for r in records))
 
     def message(offset):
-        return SimpleNamespace(raw_message=SimpleNamespace(topic="baton.responses", partition=0, offset=offset),
-                               body=b"r%d" % offset, consumer=None)
+        body = responses_pb2.Response(request_id=f"r{offset}").SerializeToString()
+        return SimpleNamespace(raw_message=SimpleNamespace(topic="baton.responses", partition=0, offset=offset,
+                                                           key=b"", value=body), body=body)
 
     tp = TopicPartition("baton.responses", 0)
-    first = asyncio.create_task(sink.handle(message(2)))
+    first = asyncio.create_task(sink.consumer.consume(message(2)))
     await asyncio.to_thread(grading.wait, 5)
-    await sink.on_partitions_revoked({tp})  # the rebalance lands while offset 2 is being graded
+    await sink.consumer.on_partitions_revoked({tp})  # the rebalance lands while offset 2 is being graded
     release.set()
     await first
-    await sink.handle(message(2))  # the partition comes back: read again from the last commit
+    await sink.consumer.consume(message(2))  # the partition comes back: read again from the last commit
     await sink.flush_due(force=True)
     assert rows == [2], "the record is written once, not once per reading"
 

@@ -46,12 +46,16 @@ async def test_commit_sends_only_what_moved():
     assert c.commits == [{TP: 1}]
 
 
-async def test_a_commit_skipped_for_being_too_soon_is_made_when_the_interval_is_up():
+async def test_a_commit_skipped_for_being_too_soon_is_made_while_the_consumer_is_idle(write_config):
     import asyncio
+    from types import SimpleNamespace
 
     from aiokafka import AIOKafkaConsumer
+    from baton.v1 import requests_pb2
 
-    from baton_platform.offsets import CommitPacer
+    from baton_platform.config import load_config
+    from baton_platform.service import Service
+    from baton_platform.telemetry import setup_tracing
 
     class Consumer(AIOKafkaConsumer):
         def __init__(self):
@@ -60,14 +64,25 @@ async def test_a_commit_skipped_for_being_too_soon_is_made_when_the_interval_is_
         async def commit(self, offsets):
             self.commits.append(dict(offsets))
 
-    t, consumer = OffsetTracker(), Consumer()
-    pacer = CommitPacer(t, interval_s=0.2)
-    t.begin(TP, 0)
-    t.finish(TP, 0)
-    await pacer.maybe_commit(consumer)
-    t.begin(TP, 1)
-    t.finish(TP, 1)
-    await pacer.maybe_commit(consumer)  # too soon after the first: skipped for now
-    assert consumer.commits == [{TP: 1}]
-    await asyncio.sleep(0.4)  # and no record comes after it
-    assert consumer.commits[-1] == {TP: 2}, "the last record is committed without waiting for another"
+    async def handle(message, record):
+        pass
+
+    service = Service.create("t", load_config(write_config()), setup_tracing("t", set_global=False))
+    consumer = service.consumer(TP.topic, requests_pb2.ChatRequest, handle, group="g", tracked=True,
+                                commit_every_s=0.2)
+    kafka = consumer.subscriber.consumer = Consumer()
+
+    def record(offset):
+        body = requests_pb2.ChatRequest(request_id="r").SerializeToString()
+        return SimpleNamespace(body=body, raw_message=SimpleNamespace(topic=TP.topic, partition=TP.partition,
+                                                                      offset=offset, key=b"r", value=body))
+
+    await service.start_consumers()
+    try:
+        await consumer.consume(record(0))
+        await consumer.consume(record(1))  # too soon after the first: not committed with it
+        assert kafka.commits == [{TP: 1}]
+        await asyncio.sleep(0.5)  # and no record comes after it
+        assert kafka.commits[-1] == {TP: 2}, "the last record is committed without waiting for another"
+    finally:
+        await service.stop_consumers()

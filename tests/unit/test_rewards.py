@@ -14,6 +14,8 @@ from testbed import MMLU_PRO
 from baton.v1 import common_pb2, requests_pb2, responses_pb2
 from baton_graders import EvalItem, EvalRegistry, EvalSetError, GradingError, IsolatedGrader
 from baton_platform.config import ConfigError, load_config
+from baton_platform.service import Service
+from baton_platform.telemetry import setup_tracing
 from baton_reward_logger.episodes import EPISODE_SCHEMA, DatasetWriter
 from baton_reward_logger.handlers import Sink, response_row_maker
 from baton_reward_logger.rewards import score
@@ -144,7 +146,7 @@ def test_attack_references_are_graded_or_fail_in_bounded_time():
     try:
         for key, answer in [("m:deep", "1"), ("m:huge", "1e999999999"), ("r:slow", "x" * 5000), ("m:ok", "0.5")]:
             started = time.monotonic()
-            row, _ = make(response(answer, {"baton_eval": key}).SerializeToString(), 0, 0)
+            row, _ = make(response(answer, {"baton_eval": key}), 0, 0)
             assert time.monotonic() - started < 8, key
             assert row["quality"] is not None or row["reward_detail"].startswith("grading failed"), row
         assert row["quality"] == 1.0, "the grader still grades after the attacks"
@@ -160,24 +162,27 @@ async def test_a_record_no_handler_can_process_goes_to_the_dlq_and_the_partition
     async def send(msg, reason):
         dead.append((msg.raw_message.offset, reason))
 
-    def explode(value, partition, offset):
-        if value == b"bad":
+    def explode(response, partition, offset):
+        if response.request_id == "bad":
             raise RuntimeError("no handler can process this")
-        return {"request_id": value.decode()}, 0
+        return {"request_id": response.request_id}, 0
 
-    service = SimpleNamespace(config=load_config(write_config()), dead_letters=SimpleNamespace(send=send))
+    service = Service.create("baton-reward-logger", load_config(write_config()), setup_tracing("t", set_global=False))
+    service.dead_letters.send = send
     written = Counter("rows", "rows", ["topic"], registry=CollectorRegistry())
-    sink = Sink(service, "baton.responses", DatasetWriter(tmp_path, "baton.responses", EPISODE_SCHEMA), explode, written)
+    sink = Sink(service, "baton.responses", responses_pb2.Response,
+                DatasetWriter(tmp_path, "baton.responses", EPISODE_SCHEMA), explode, written)
     rows = []
     sink.writer = SimpleNamespace(write=lambda partition, records: rows.extend(r.offset for r in records))
 
-    def message(offset, body):
-        return SimpleNamespace(raw_message=SimpleNamespace(topic="baton.responses", partition=0, offset=offset),
-                               body=body, consumer=None)
+    def message(offset, request_id):
+        body = responses_pb2.Response(request_id=request_id).SerializeToString()
+        return SimpleNamespace(raw_message=SimpleNamespace(topic="baton.responses", partition=0, offset=offset,
+                                                           key=b"", value=body), body=body)
 
-    await sink.handle(message(0, b"r0"))
-    await sink.handle(message(1, b"bad"))
-    await sink.handle(message(2, b"r2"))
+    await sink.consumer.consume(message(0, "r0"))
+    await sink.consumer.consume(message(1, "bad"))
+    await sink.consumer.consume(message(2, "r2"))
     await sink.flush_due(force=True)
     assert rows == [0, 2] and dead == [(1, "unprocessable: RuntimeError: no handler can process this")]
     tp = TopicPartition("baton.responses", 0)

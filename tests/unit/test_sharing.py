@@ -12,7 +12,7 @@ from baton_executor.sharing import ShareExchange
 
 
 def exchange(limits, backlog=0):
-    return ShareExchange(SimpleNamespace(), "sim", limits, backlog=lambda: backlog)
+    return ShareExchange(SimpleNamespace(publisher=lambda *a: None), "sim", limits, backlog=lambda: backlog)
 
 
 def other(member, partitions, in_flight, busy=False, at=None):

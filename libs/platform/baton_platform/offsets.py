@@ -8,7 +8,6 @@ partition is re-read from there, so no record whose work was not durable is ever
 
 from __future__ import annotations
 
-import asyncio
 import heapq
 import logging
 import time
@@ -73,33 +72,19 @@ class OffsetTracker:
 
 class CommitPacer:
     """Commits at most every `interval_s`, so a busy consumer does not commit per record. A commit
-    skipped for being too soon is made once the interval is up: the last records before a quiet spell
-    must not stay uncommitted until the next record arrives (they would be re-read after a crash)."""
+    skipped for being too soon is made by the next one, or by the owner's idle timer (see
+    baton_platform.consumer): the last records before a quiet spell must not stay uncommitted."""
 
     def __init__(self, tracker: OffsetTracker, interval_s: float = 0.5) -> None:
         self.tracker = tracker
         self._interval = interval_s
         self._last = 0.0
-        self._deferred: asyncio.Task | None = None
-        self.consumer = None
 
-    async def maybe_commit(self, consumer=None, force: bool = False) -> None:
-        # Only a real Kafka consumer takes offsets (FastStream's in-memory test broker has none).
-        if isinstance(consumer, AIOKafkaConsumer):
-            self.consumer = consumer
-        now = time.monotonic()
-        if self.consumer is None:
+    async def maybe_commit(self, consumer: AIOKafkaConsumer | None, force: bool = False) -> None:
+        if consumer is None:  # FastStream's in-memory test broker has no Kafka consumer to commit with
             return
+        now = time.monotonic()
         if not force and now - self._last < self._interval:
-            if self._deferred is None or self._deferred.done():
-                self._deferred = asyncio.create_task(self._commit_later(self._last + self._interval - now))
             return
         self._last = now
-        await self.tracker.commit(self.consumer)
-
-    async def _commit_later(self, delay: float) -> None:
-        await asyncio.sleep(delay)
-        try:
-            await self.maybe_commit()
-        except Exception:  # noqa: BLE001 - the next record or timer commits again
-            log.warning("deferred offset commit failed", exc_info=True)
+        await self.tracker.commit(consumer)

@@ -1,4 +1,5 @@
-"""What every Kafka-driven service shares: its broker, dead letters, metrics, and HTTP endpoints."""
+"""What every Kafka-driven service shares: its broker, consumers, publishers, dead letters, metrics, and
+HTTP endpoints."""
 
 from __future__ import annotations
 
@@ -6,14 +7,15 @@ from dataclasses import dataclass, field
 
 from faststream.asgi import AsgiFastStream
 from faststream.kafka import KafkaBroker
+from google.protobuf.message import Message
 from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client import CollectorRegistry, Counter
 from starlette.routing import request_response
 
 from baton_platform.config import BatonConfig
+from baton_platform.consumer import Consumer, DeadLetters, Publisher
 from baton_platform.http import ReadyCheck, broker_ready, live_endpoint, metrics_endpoint, ready_endpoint
 from baton_platform.kafka import make_broker
-from baton_platform.messages import DeadLetters
 from baton_platform.telemetry import setup_tracing
 
 
@@ -25,6 +27,7 @@ class Service:
     tracer_provider: TracerProvider
     registry: CollectorRegistry
     dead_letters: DeadLetters = field(init=False)
+    consumers: list[Consumer] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
         dlq_total = Counter(
@@ -38,23 +41,40 @@ class Service:
         broker = make_broker(config.kafka, client_id=name, tracer_provider=provider)
         return cls(name=name, config=config, broker=broker, tracer_provider=provider, registry=CollectorRegistry())
 
+    def consumer(self, topic: str, kind: type[Message], handler, **options) -> Consumer:
+        """Subscribe `handler` to `topic` (see baton_platform.consumer.Consumer for the options)."""
+        consumer = Consumer(self.broker, self.name, self.config.kafka, self.dead_letters, topic, kind, handler, **options)
+        self.consumers.append(consumer)
+        return consumer
+
+    def publisher(self, topic: str, kind: type[Message] | None, description: str = "") -> Publisher:
+        return Publisher(self.broker, self.name, topic, kind, description)
+
+    async def start_consumers(self) -> None:
+        for consumer in self.consumers:
+            await consumer.start()
+
+    async def stop_consumers(self) -> None:
+        for consumer in self.consumers:
+            await consumer.stop()
+
+    async def flush_traces(self) -> None:
+        self.tracer_provider.force_flush(5000)
+
+    async def ready(self) -> str | None:
+        return await broker_ready(self.broker)
+
     def asgi_app(self, *, ready_checks: list[ReadyCheck] = (), on_startup=(), after_startup=(), on_shutdown=()) -> AsgiFastStream:
         """An ASGI app running the broker's subscribers plus /health/live, /health/ready and /metrics."""
-
-        async def ready() -> str | None:
-            return await broker_ready(self.broker)
-
-        async def flush_traces() -> None:
-            self.tracer_provider.force_flush(5000)
-
         return AsgiFastStream(
             self.broker,
             asgi_routes=[
                 ("/health/live", request_response(live_endpoint())),
-                ("/health/ready", request_response(ready_endpoint([ready, *ready_checks]))),
+                ("/health/ready", request_response(ready_endpoint([self.ready, *ready_checks]))),
                 ("/metrics", request_response(metrics_endpoint(self.registry))),
             ],
             on_startup=list(on_startup),
-            after_startup=list(after_startup),
-            on_shutdown=[*on_shutdown, flush_traces],
+            after_startup=[self.start_consumers, *after_startup],
+            # Consumers stop first: their last commits need the broker, their drains the service's clients.
+            on_shutdown=[self.stop_consumers, *on_shutdown, self.flush_traces],
         )

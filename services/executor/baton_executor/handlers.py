@@ -24,15 +24,13 @@ import contextlib
 import logging
 from collections import OrderedDict
 
-from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from baton.v1 import common_pb2, responses_pb2, tasks_pb2, workflow_pb2
-from faststream import AckPolicy
-from faststream.kafka import KafkaMessage
 
 from baton_platform import topics
-from baton_platform.kafka import client_options, consumer_options, partition_ids, read_since
-from baton_platform.messages import PoisonMessage, decode, encode
-from baton_platform.offsets import CommitPacer, OffsetTracker
+from baton_platform.consumer import Record
+from baton_platform.kafka import client_options, partition_ids, read_since
+from baton_platform.messages import PoisonMessage
 from baton_platform.service import Service
 
 from baton_executor.calls import StepRunner
@@ -61,7 +59,7 @@ class RecentIds:
             self._ids.popitem(last=False)
 
 
-class TaskConsumer(ConsumerRebalanceListener):
+class TaskConsumer:
     def __init__(self, service: Service, provider: str, runner: StepRunner, limits: dict[str, WorkerLimits],
                  metrics: ExecutorMetrics) -> None:
         self.service = service
@@ -71,65 +69,50 @@ class TaskConsumer(ConsumerRebalanceListener):
         self.runner = runner
         self.limits = limits
         self.metrics = metrics
-        self.tracker = OffsetTracker()
-        self.pacer = CommitPacer(self.tracker, interval_s=0.2)
         self.done = RecentIds()
         self.in_flight: dict[TopicPartition, set[asyncio.Task]] = {}
         # Task id -> the records (partition, offset) that its running call answers: the first delivery,
         # plus any copy redelivered to this replica while the call was still in flight.
         self.running: dict[str, list[tuple[TopicPartition, int]]] = {}
-        self.subscriber = None
         self.publish_retry_s = 0.1  # first wait before publishing a result again; doubles up to 5 s
-        # Cleared while a new assignment is being recovered: the consumer may already be fetching
-        # the new partitions, and no task may run before the results published for it are known.
-        self._recovered = asyncio.Event()
-        self._recovered.set()
+        self.results = service.publisher(topics.WORKFLOW, workflow_pb2.WorkflowEvent, "Steps' results.")
+        self.answers = service.publisher(topics.RESPONSES, responses_pb2.Response,
+                                         "Answer text as it comes, for streaming clients.")
+        # No task of a new assignment runs before its recovery (on_assigned) knows the results published for it.
+        self.consumer = service.consumer(
+            self.topic, tasks_pb2.Task, self.handle, group=self.group, tracked=True, keep=True, commit_every_s=0.2,
+            on_assigned=self.assigned, on_revoked=self.revoked, on_stop=self.drain,
+            description=f"Steps for the {provider} workers.")
+        self.tracker = self.consumer.tracker
         metrics.lag.labels(provider, self.topic).set_function(self._lag)
         self.exchange = ShareExchange(service, provider, limits, backlog=lambda: int(self._lag()),
                                       on_share=metrics.share.labels(provider).set)
 
-    def register(self) -> None:
-        self.subscriber = self.service.broker.subscriber(
-            self.topic, group_id=self.group, ack_policy=AckPolicy.MANUAL, listener=self,
-            **consumer_options(self.service.config.kafka))
-        self.subscriber(self.handle)
-
     # -- records -------------------------------------------------------------------------------
 
-    async def handle(self, msg: KafkaMessage) -> None:
-        await self._recovered.wait()
-        raw = msg.raw_message
-        tp = TopicPartition(raw.topic, raw.partition)
-        self.tracker.begin(tp, raw.offset)
-        try:
-            task = decode(tasks_pb2.Task, msg.body)
-            if not (task.task_id and task.request_id and task.worker):
-                raise PoisonMessage("Task without task_id, request_id or worker")
-        except PoisonMessage as e:
-            await self.service.dead_letters.send(msg, str(e))
-            self.tracker.finish(tp, raw.offset)
-            return
+    async def handle(self, task: tasks_pb2.Task, record: Record) -> None:
+        tp, offset = record.tp, record.offset
+        if not (task.task_id and task.request_id and task.worker):
+            raise PoisonMessage("Task without task_id, request_id or worker")
         if task.task_id in self.done:
-            self.tracker.finish(tp, raw.offset)  # already answered
+            self.consumer.finish(record)  # already answered
             return
         if task.task_id in self.running:
             # A redelivered copy of a call still in progress here: its record is finished when that
             # call's result is published, not now (a crash before then must re-read it).
-            self.running[task.task_id].append((tp, raw.offset))
+            self.running[task.task_id].append((tp, offset))
             for job in [j for js in self.in_flight.values() for j in js if j.get_name() == task.task_id]:
                 self.in_flight.setdefault(tp, set()).add(job)
             return
         limits = self.limits.get(task.worker)
         if limits is not None:
             await limits.slots.acquire()  # full: wait here, and so stop fetching
-        self.running[task.task_id] = [(tp, raw.offset)]
-        job = asyncio.create_task(self._run(task, tp, raw.offset, limits, getattr(msg, "consumer", None)),
-                                  name=task.task_id)
+        self.running[task.task_id] = [(tp, offset)]
+        job = asyncio.create_task(self._run(task, tp, offset, limits), name=task.task_id)
         self.in_flight.setdefault(tp, set()).add(job)
         self.metrics.in_flight.labels(self.provider).inc()
 
-    async def _run(self, task: tasks_pb2.Task, tp: TopicPartition, offset: int, limits: WorkerLimits | None,
-                   consumer) -> None:
+    async def _run(self, task: tasks_pb2.Task, tp: TopicPartition, offset: int, limits: WorkerLimits | None) -> None:
         deltas = self._deltas(task)
         try:
             try:
@@ -166,7 +149,7 @@ class TaskConsumer(ConsumerRebalanceListener):
             self.metrics.in_flight.labels(self.provider).dec()
             if limits is not None:
                 await limits.slots.release()
-        await self.pacer.maybe_commit(consumer)
+        await self.consumer.commit(soon=True)
 
     async def _publish_result(self, task: tasks_pb2.Task, event: workflow_pb2.WorkflowEvent) -> bool:
         """Publish the step's result, again and again while the broker refuses, for as long as this
@@ -174,7 +157,7 @@ class TaskConsumer(ConsumerRebalanceListener):
         delay = self.publish_retry_s
         while True:
             try:
-                await self.service.broker.publish(encode(event), topics.WORKFLOW, key=task.request_id.encode())
+                await self.results.send(event, key=task.request_id)
                 return True
             except asyncio.CancelledError:
                 raise
@@ -191,11 +174,9 @@ class TaskConsumer(ConsumerRebalanceListener):
         of baton.responses that the client's gateway replica reads."""
         if not task.stream:
             return None
-        key = task.request_id.encode()
 
         async def publish(response: responses_pb2.Response) -> None:
-            await self.service.broker.publish(encode(response), topics.RESPONSES, key=key,
-                                              partition=task.reply_partition)
+            await self.answers.send(response, key=task.request_id, partition=task.reply_partition)
 
         return DeltaBatcher(task.request_id, task.task_id, publish)
 
@@ -213,7 +194,7 @@ class TaskConsumer(ConsumerRebalanceListener):
 
     # -- rebalance -----------------------------------------------------------------------------
 
-    async def on_partitions_revoked(self, revoked) -> None:
+    async def revoked(self, revoked: set[TopicPartition]) -> None:
         # Let calls in flight finish (bounded) so the next owner does not repeat them. Tasks still
         # waiting for their turn under the limits are dropped at once (their records stay uncommitted,
         # so the next owner runs them): waiting for them would outlast the group's rebalance timeout
@@ -225,19 +206,9 @@ class TaskConsumer(ConsumerRebalanceListener):
                 job.cancel()
         if jobs:
             await asyncio.wait(jobs, timeout=self.service.config.executor.drain_timeout_s)
-        await self.pacer.maybe_commit(force=True)
-        self.tracker.forget(revoked)
 
-    async def on_partitions_assigned(self, assigned) -> None:
-        self._recovered.clear()
-        try:
-            await self._on_assigned(assigned)
-        finally:
-            self._recovered.set()
-
-    async def _on_assigned(self, assigned) -> None:
-        consumer = self.subscriber.consumer if self.subscriber is not None else None
-        total = len(consumer.partitions_for_topic(self.topic) or ()) if consumer is not None else 0
+    async def assigned(self, assigned: set[TopicPartition]) -> None:
+        total = self.consumer.partition_count()
         mine = {tp.partition for tp in assigned if tp.topic == self.topic}
         await self.exchange.assigned(mine, total)
         log.info("assigned %d of %d partitions of %s: base share %.3f of each limit", len(mine), total, self.topic,
@@ -302,19 +273,16 @@ class TaskConsumer(ConsumerRebalanceListener):
     # -- metrics -------------------------------------------------------------------------------
 
     def _lag(self) -> float:
-        consumer = self.subscriber.consumer if self.subscriber is not None else None
-        if consumer is None:
-            return 0.0
         lag = 0
-        for tp in consumer.assignment():
-            high = consumer.highwater(tp)
+        for tp in self.consumer.assignment():
+            high = self.consumer.end_offset(tp)
             committed = self.tracker.committable().get(tp)
             if high is not None and committed is not None:
                 lag += max(0, high - committed)
         return float(lag)
 
-    async def close(self) -> None:
+    async def drain(self) -> None:
+        """At shutdown: let calls in flight finish (bounded); the consumer then commits."""
         jobs = [j for js in self.in_flight.values() for j in js]
         if jobs:
             await asyncio.wait(jobs, timeout=self.service.config.executor.drain_timeout_s)
-        await self.pacer.maybe_commit(force=True)

@@ -34,11 +34,9 @@ def create_app(config: BatonConfig, provider: str, tracer_provider: TracerProvid
     runner = StepRunner(workers, configs, limits, service.tracer_provider.get_tracer("baton.executor"), metrics,
                         config.executor.max_attempts)
     consumer = TaskConsumer(service, provider, runner, limits, metrics)
-    consumer.register()
 
     async def close() -> None:
         await consumer.exchange.stop()
-        await consumer.close()
         for w in workers.values():
             await w.aclose()
         await client.aclose()

@@ -38,6 +38,7 @@ class ShareExchange:
         self.topic = topics.limits_topic(provider)
         self.limits = limits
         self.member = uuid.uuid4().hex
+        self._reports = service.publisher(self.topic, None, "Each executor replica's load report, keyed by replica.")
         self._backlog = backlog
         self._on_share = on_share
         # The newest report of every other replica, trusted only once the topic has been read to
@@ -102,15 +103,14 @@ class ShareExchange:
                 await t
         with contextlib.suppress(Exception):
             # Leaving: the others take this replica's share at once instead of after TTL_S.
-            await self.service.broker.publish(json.dumps({"member": self.member, "left": True}).encode(),
-                                              self.topic, key=self.member.encode())
+            await self._reports.send(json.dumps({"member": self.member, "left": True}).encode(), key=self.member)
 
     async def _publish_loop(self) -> None:
         while True:
             now = time.time()
             mine = self.report(now)
             try:
-                await self.service.broker.publish(json.dumps(mine).encode(), self.topic, key=self.member.encode())
+                await self._reports.send(json.dumps(mine).encode(), key=self.member)
                 await self.apply(now, mine)
             except asyncio.CancelledError:
                 raise

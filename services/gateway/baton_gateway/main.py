@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 import uuid
 
 from baton.v1 import feedback_pb2, policy_pb2, requests_pb2, responses_pb2
-from faststream import AckPolicy
-from faststream.kafka import KafkaMessage
 from opentelemetry import propagate, trace
 from opentelemetry.sdk.trace import TracerProvider
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -22,10 +19,9 @@ from starlette.routing import Route
 
 from baton_platform import topics
 from baton_platform.config import BatonConfig, ConfigError, load_config
-from baton_platform.http import broker_ready, live_endpoint, metrics_endpoint, ready_endpoint, serve
-from baton_platform.kafka import consumer_options, make_broker
-from baton_platform.messages import DeadLetters, PoisonMessage, decode, encode
-from baton_platform.telemetry import setup_tracing
+from baton_platform.consumer import Record
+from baton_platform.http import live_endpoint, metrics_endpoint, ready_endpoint, serve
+from baton_platform.service import Service
 
 from baton_gateway.api import (DEFAULT_POLICY, EVAL_SCOPE, ApiError, budget_from, completion_body,
                                opening_chunk, parse_chat_request, parse_feedback, sse, summary_header,
@@ -42,11 +38,11 @@ TIMEOUT_CODES = {"step_timeout", "deadline_exceeded"}
 
 
 def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = None) -> Starlette:
-    tracer_provider = tracer_provider if tracer_provider is not None else setup_tracing(SERVICE_NAME)
-    tracer = tracer_provider.get_tracer("baton.gateway")
-    broker = make_broker(config.kafka, client_id=SERVICE_NAME, tracer_provider=tracer_provider)
-    registry = CollectorRegistry()
-    dead_letters = DeadLetters(broker, SERVICE_NAME)
+    service = Service.create(SERVICE_NAME, config, tracer_provider)
+    tracer = service.tracer_provider.get_tracer("baton.gateway")
+    registry = service.registry
+    requests_out = service.publisher(topics.REQUESTS, requests_pb2.ChatRequest, "Chat requests from HTTP clients.")
+    feedback_out = service.publisher(topics.FEEDBACK, feedback_pb2.Feedback, "Clients' ratings of answers.")
     replies = Replies()
     gw = config.gateway
     # Each replica enforces its share of every limit: its share of baton.responses' partitions (at
@@ -70,17 +66,16 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
     Gauge("baton_gateway_waiting", "Requests waiting for an answer", registry=registry).set_function(
         lambda: replies.waiting)
 
-    @broker.subscriber(topics.RESPONSES, group_id=topics.GROUP_GATEWAY, listener=replies,
-                       ack_policy=AckPolicy.ACK_FIRST, **{**consumer_options(config.kafka), "auto_offset_reset": "latest"})
-    async def on_response(msg: KafkaMessage) -> None:
-        try:
-            response = decode(responses_pb2.Response, msg.body)
-        except PoisonMessage as e:
-            await dead_letters.send(msg, str(e))
-            return
+    async def on_response(response: responses_pb2.Response, record: Record) -> None:
         if response.WhichOneof("outcome") not in INTERIM:
             settle(response)
         replies.deliver(response)
+
+    # Each replica reads its share of the partitions, from their end: a reply is only ever for a
+    # request this replica is waiting on now.
+    service.consumer(topics.RESPONSES, responses_pb2.Response, on_response, group=topics.GROUP_GATEWAY,
+                     offset_reset="latest", on_assigned=replies.assigned, on_revoked=replies.revoked,
+                     description="Replies to the requests this replica waits on.")
 
     def settle(response: responses_pb2.Response) -> None:
         """Spend and tokens of every final response (exploration candidates too: the tenant caused them)."""
@@ -92,16 +87,12 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
             tenant_tokens.labels(tenant, "output").inc(total.output_tokens)
             tenant_cost.labels(tenant).inc(total.cost_usd)
 
-    @broker.subscriber(topics.POLICY, auto_offset_reset="earliest", ack_policy=AckPolicy.ACK_FIRST)
-    async def on_policy(msg: KafkaMessage) -> None:
-        try:
-            update = decode(policy_pb2.PolicyUpdate, msg.body)
-        except PoisonMessage as e:
-            await dead_letters.send(msg, str(e))
-            return
+    async def on_policy(update: policy_pb2.PolicyUpdate, record: Record) -> None:
         if update.version:
             # Both spellings route to that version: `v3`, and `baton@v3` as the README names it.
             models.update({update.version, f"{update.name or DEFAULT_POLICY}@{update.version}"})
+
+    service.consumer(topics.POLICY, policy_pb2.PolicyUpdate, on_policy, description="Policy versions clients may ask for.")
 
     def authorize(request: Request, scope: str):
         return gate.authenticate(request.headers.get("authorization"), scope)
@@ -156,7 +147,7 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
                 # request (restarting, say) must not push the client's answer past it.
                 deadline = time.monotonic() + gw.request_timeout_s
                 try:
-                    await asyncio.wait_for(broker.publish(encode(msg), topics.REQUESTS, key=request_id.encode()),
+                    await asyncio.wait_for(requests_out.send(msg, key=request_id),
                                            max(0.0, deadline - time.monotonic()))
                 except Exception as e:  # noqa: BLE001 - the broker is unreachable: say so, keep nothing
                     replies.abandon(request_id)
@@ -255,7 +246,7 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
             authorize(request, "feedback")
             fb = parse_feedback(await read_body(request))
             try:
-                await broker.publish(encode(fb), topics.FEEDBACK, key=fb.response_id.encode())
+                await feedback_out.send(fb, key=fb.response_id)
             except Exception as e:  # noqa: BLE001 - the broker is unreachable: say so
                 raise ApiError(503, f"the feedback could not be queued ({type(e).__name__}); retry shortly",
                                type="service_unavailable") from None
@@ -296,22 +287,26 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
-        await broker.start()
+        await service.broker.start()
+        await service.start_consumers()
         try:
             yield
         finally:
-            await broker.stop()
-            tracer_provider.force_flush(5000)
+            await service.stop_consumers()
+            await service.broker.stop()
+            await service.flush_traces()
 
-    return Starlette(routes=[
+    app = Starlette(routes=[
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/feedback", feedback, methods=["POST"]),
         Route("/health/live", live_endpoint(), methods=["GET"]),
-        Route("/health/ready", ready_endpoint([lambda: broker_ready(broker), replies_ready]), methods=["GET"]),
+        Route("/health/ready", ready_endpoint([service.ready, replies_ready]), methods=["GET"]),
         Route("/metrics", metrics_endpoint(registry), methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
     ], lifespan=lifespan, exception_handlers={HTTPException: http_error, Exception: server_error})
+    app.state.service = service  # its broker, for tests and the AsyncAPI document
+    return app
 
 
 def run() -> None:

@@ -10,24 +10,23 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-from aiokafka import ConsumerRebalanceListener
 from baton.v1 import responses_pb2
 
 # Responses that precede a request's final one (answer or error): workflow progress and answer text.
 INTERIM = ("progress", "delta")
 
 
-class Replies(ConsumerRebalanceListener):
+class Replies:
     def __init__(self) -> None:
         self._pending: dict[str, asyncio.Queue[responses_pb2.Response]] = {}
         self._partitions: list[int] = []
         self._turn = itertools.count()
 
-    # Rebalance callbacks (aiokafka awaits them).
-    async def on_partitions_revoked(self, revoked) -> None:
+    # Rebalance hooks of the reply consumer.
+    async def revoked(self, revoked) -> None:
         self._partitions = []
 
-    async def on_partitions_assigned(self, assigned) -> None:
+    async def assigned(self, assigned) -> None:
         self._partitions = sorted(tp.partition for tp in assigned)
 
     @property

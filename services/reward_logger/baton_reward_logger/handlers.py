@@ -7,40 +7,35 @@ contiguous run of offsets, and only then committed. Progress responses are not e
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
 
 import pyarrow as pa
-from aiokafka import ConsumerRebalanceListener, TopicPartition
+from aiokafka import TopicPartition
 from baton.v1 import feedback_pb2, responses_pb2, rewards_pb2
-from faststream import AckPolicy
-from faststream.kafka import KafkaMessage
+from google.protobuf.message import Message
 from prometheus_client import Counter
 
-from baton_platform import topics
-from baton_platform.kafka import consumer_options
-from baton_platform.messages import PoisonMessage, decode, encode
-from baton_platform.offsets import OffsetTracker
+from baton_platform import consumer, topics
+from baton_platform.messages import PoisonMessage
 from baton_platform.service import Service
 
 from baton_reward_logger.episodes import DatasetWriter, Record
 
 log = logging.getLogger(__name__)
 
-# Turns a record's value into a dataset row (and its timestamp), None to skip it, or raises PoisonMessage.
-RowMaker = Callable[[bytes, int, int], "tuple[dict, int] | None"]
+# Turns a record's message into a dataset row (and its timestamp), None to skip it, or raises PoisonMessage.
+RowMaker = Callable[[Message, int, int], "tuple[dict, int] | None"]
 
 
-class Sink(ConsumerRebalanceListener):
+class Sink:
     """``after_write``, if given, runs on each durable run of records before their offsets commit:
     a crash in between repeats it with the file's rewrite, never skips it."""
 
-    def __init__(self, service: Service, topic: str, writer: DatasetWriter, make_row: RowMaker,
+    def __init__(self, service: Service, topic: str, kind: type[Message], writer: DatasetWriter, make_row: RowMaker,
                  written: Counter, after_write: Callable[[list[Record]], Awaitable[None]] | None = None) -> None:
-        self.service = service
         self.after_write = after_write
         self.topic = topic
         self.writer = writer
@@ -54,47 +49,39 @@ class Sink(ConsumerRebalanceListener):
         # Bumped when a partition is revoked: a record still being graded then is dropped, since
         # the partition's next owner (maybe this replica again) reads it again from the last commit.
         self._epochs: dict[TopicPartition, int] = {}
-        self.tracker = OffsetTracker()
-        self._consumer = None
         self._lock = asyncio.Lock()
         self._written = written.labels(topic)
+        self.consumer = service.consumer(topic, kind, self.handle, group=topics.GROUP_REWARD_LOGGER, tracked=True,
+                                         keep=True, on_revoked=self.revoked, on_stop=lambda: self.flush_due(force=True),
+                                         description="Episodes and ratings to write to the dataset.")
+        self.consumer.every(min(0.5, self._interval), self.flush_due)
+        self.tracker = self.consumer.tracker
 
-    def register(self) -> None:
-        sub = self.service.broker.subscriber(self.topic, group_id=topics.GROUP_REWARD_LOGGER, listener=self,
-                                             ack_policy=AckPolicy.MANUAL,
-                                             **consumer_options(self.service.config.kafka))
-        sub(self.handle)
-
-    async def handle(self, msg: KafkaMessage) -> None:
-        raw = msg.raw_message
-        tp = TopicPartition(raw.topic, raw.partition)
-        self._consumer = getattr(msg, "consumer", None)
-        self.tracker.begin(tp, raw.offset)
+    async def handle(self, message: Message, record: consumer.Record) -> None:
+        tp = record.tp
         epoch = self._epochs.get(tp, 0)
         try:
             # Grading runs in a child process with a time limit: wait for it off the event loop.
-            made = await asyncio.to_thread(self._checked_row, msg.body, raw.partition, raw.offset)
-        except PoisonMessage as e:
-            await self.service.dead_letters.send(msg, str(e))
-            made = None
+            made = await asyncio.to_thread(self._checked_row, message, tp.partition, record.offset)
+        except PoisonMessage:
+            raise
         except Exception as e:  # noqa: BLE001 - a record nothing can process must not hold its partition
-            log.exception("cannot process %s[%s]@%s", raw.topic, raw.partition, raw.offset)
-            await self.service.dead_letters.send(msg, f"unprocessable: {type(e).__name__}: {e}")
-            made = None
+            log.exception("cannot process %s[%s]@%s", tp.topic, tp.partition, record.offset)
+            raise PoisonMessage(f"unprocessable: {type(e).__name__}: {e}") from None
         if made is None:
-            self.tracker.finish(tp, raw.offset)
+            self.consumer.finish(record)
             return
         row, stamp = made
         async with self._lock:
             if self._epochs.get(tp, 0) != epoch:
                 return  # revoked while grading: written by whoever reads it next, never twice
-            self._buffers.setdefault(tp, []).append(Record(raw.partition, raw.offset, row, stamp))
+            self._buffers.setdefault(tp, []).append(Record(tp.partition, record.offset, row, stamp))
             self._since.setdefault(tp, time.monotonic())
             if len(self._buffers[tp]) >= self._flush_every:
                 await self._flush(tp)
 
-    def _checked_row(self, value: bytes, partition: int, offset: int):
-        made = self.make_row(value, partition, offset)
+    def _checked_row(self, message: Message, partition: int, offset: int):
+        made = self.make_row(message, partition, offset)
         if made is not None:
             # A row the dataset's schema refuses would fail its whole file at every flush, and the
             # partition would never commit again: refuse it here, alone, instead.
@@ -111,57 +98,22 @@ class Sink(ConsumerRebalanceListener):
                 await self.after_write(records)
             for r in records:
                 self.tracker.finish(tp, r.offset)
-        if self._consumer is not None:
-            await self.tracker.commit(self._consumer)
+        await self.consumer.commit()
 
     async def flush_due(self, force: bool = False) -> None:
         async with self._lock:
             now = time.monotonic()
             for tp in [tp for tp, t in self._since.items() if force or now - t >= self._interval]:
                 await self._flush(tp)
-            if self._consumer is not None:
-                await self.tracker.commit(self._consumer)
+            await self.consumer.commit()
 
-    async def on_partitions_revoked(self, revoked) -> None:
+    async def revoked(self, revoked: set[TopicPartition]) -> None:
         # Write what we hold before the partition moves, so the new owner starts after it.
         async with self._lock:
             for tp in revoked:
                 self._epochs[tp] = self._epochs.get(tp, 0) + 1
                 if tp in self._buffers:
                     await self._flush(tp)
-            self.tracker.forget(revoked)
-
-    async def on_partitions_assigned(self, assigned) -> None:
-        return None
-
-
-class Flusher:
-    """Writes every sink's due buffers on a timer, and everything at shutdown."""
-
-    def __init__(self, sinks: list[Sink], interval_s: float) -> None:
-        self.sinks = sinks
-        self.interval_s = interval_s
-        self._task: asyncio.Task | None = None
-
-    async def start(self) -> None:
-        async def loop() -> None:
-            while True:
-                await asyncio.sleep(min(0.5, self.interval_s))
-                for sink in self.sinks:
-                    try:
-                        await sink.flush_due()
-                    except Exception:  # noqa: BLE001 - keep flushing; the records stay buffered and uncommitted
-                        log.exception("flush of %s failed", sink.topic)
-
-        self._task = asyncio.create_task(loop())
-
-    async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        for sink in self.sinks:
-            await sink.flush_due(force=True)
 
 
 def response_row_maker(scheme, cost_weight: float, evals=None, grade_fn=None, outcomes: Counter | None = None
@@ -172,8 +124,7 @@ def response_row_maker(scheme, cost_weight: float, evals=None, grade_fn=None, ou
     from baton_reward_logger.episodes import episode_row
     from baton_reward_logger.rewards import score
 
-    def make(value: bytes, partition: int, offset: int):
-        response = decode(responses_pb2.Response, value)
+    def make(response: responses_pb2.Response, partition: int, offset: int):
         if not response.request_id:
             raise PoisonMessage("Response without request_id")
         if response.WhichOneof("outcome") not in ("answer", "error"):
@@ -190,6 +141,7 @@ def response_row_maker(scheme, cost_weight: float, evals=None, grade_fn=None, ou
 def reward_publisher(service: Service) -> Callable[[list[Record]], Awaitable[None]]:
     """Publishes each graded episode of a written run to baton.rewards, for the routers' online
     learning. A router applies an episode once, so the repeat after a crash is harmless."""
+    rewards = service.publisher(topics.REWARDS, rewards_pb2.Reward, "Graded episodes, for online learning.")
 
     async def publish(records: list[Record]) -> None:
         sends = []
@@ -201,7 +153,7 @@ def reward_publisher(service: Service) -> Callable[[list[Record]], Awaitable[Non
                 request_id=row["request_id"], action=row["plan_action"], policy_version=row["plan_policy_version"],
                 query=row["policy_query"], eval_name=json.loads(row["metadata_json"]).get("eval_name", ""),
                 quality=row["quality"], cost_usd=row["cost_usd"], completed_unix_ms=row["completed_unix_ms"])
-            sends.append(service.broker.publish(encode(reward), topics.REWARDS, key=row["request_id"].encode()))
+            sends.append(rewards.send(reward, key=row["request_id"]))
         await asyncio.gather(*sends)
 
     return publish
@@ -218,8 +170,7 @@ def _outcome(reward) -> str:
 def feedback_row_maker() -> RowMaker:
     from baton_reward_logger.episodes import feedback_row
 
-    def make(value: bytes, partition: int, offset: int):
-        fb = decode(feedback_pb2.Feedback, value)
+    def make(fb: feedback_pb2.Feedback, partition: int, offset: int):
         if not fb.response_id:
             raise PoisonMessage("Feedback without response_id")
         return feedback_row(fb, partition, offset), fb.created_unix_ms or int(time.time() * 1000)

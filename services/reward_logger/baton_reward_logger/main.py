@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from faststream.asgi import AsgiFastStream
+from baton.v1 import feedback_pb2, responses_pb2
 from baton_graders import EvalRegistry, IsolatedGrader
 from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client import Counter
@@ -13,7 +14,7 @@ from baton_platform.http import serve
 from baton_platform.service import Service
 
 from baton_reward_logger.episodes import EPISODE_SCHEMA, FEEDBACK_SCHEMA, DatasetWriter
-from baton_reward_logger.handlers import Flusher, Sink, feedback_row_maker, response_row_maker, reward_publisher
+from baton_reward_logger.handlers import Sink, feedback_row_maker, response_row_maker, reward_publisher
 
 SERVICE_NAME = "baton-reward-logger"
 
@@ -28,21 +29,17 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
     # The operator's evaluation sets, loaded once: a missing or malformed file stops the start.
     evals = EvalRegistry.load({name: (s.path, s.grader) for name, s in cfg.eval_sets.items()})
     grader = IsolatedGrader(timeout_s=cfg.grading_timeout_s)
-    sinks = [
-        Sink(service, topics.RESPONSES, DatasetWriter(f"{root}/episodes", topics.RESPONSES, EPISODE_SCHEMA),
-             response_row_maker(cfg.reward_scheme, cfg.cost_weight, evals, grader.grade, outcomes), written,
-             after_write=reward_publisher(service)),
-        Sink(service, topics.FEEDBACK, DatasetWriter(f"{root}/feedback", topics.FEEDBACK, FEEDBACK_SCHEMA),
-             feedback_row_maker(), written),
-    ]
-    for sink in sinks:
-        sink.register()
-    flusher = Flusher(sinks, cfg.flush_interval_s)
+    Sink(service, topics.RESPONSES, responses_pb2.Response,
+         DatasetWriter(f"{root}/episodes", topics.RESPONSES, EPISODE_SCHEMA),
+         response_row_maker(cfg.reward_scheme, cfg.cost_weight, evals, grader.grade, outcomes), written,
+         after_write=reward_publisher(service))
+    Sink(service, topics.FEEDBACK, feedback_pb2.Feedback,
+         DatasetWriter(f"{root}/feedback", topics.FEEDBACK, FEEDBACK_SCHEMA), feedback_row_maker(), written)
 
     async def stop_grader() -> None:
         grader.close()
 
-    return service.asgi_app(after_startup=[flusher.start], on_shutdown=[flusher.stop, stop_grader])
+    return service.asgi_app(on_shutdown=[stop_grader])
 
 
 def run() -> None:

@@ -1,41 +1,24 @@
-"""Kafka wiring of the router: baton.requests in, WorkflowPlanned out on baton.workflow."""
+"""Kafka wiring of the router: baton.requests in, WorkflowPlanned out on baton.workflow; policy updates
+from baton.policy."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 
-from aiokafka import ConsumerRebalanceListener, TopicPartition
 from baton.v1 import policy_pb2, requests_pb2, workflow_pb2
-from faststream import AckPolicy
-from faststream.kafka import KafkaMessage
-from opentelemetry import trace
 from prometheus_client import Counter, Histogram
 
 from baton_platform import topics
+from baton_platform.consumer import Record
+from baton_platform.messages import PoisonMessage
 from baton_workflow import CONDUCTOR
-from baton_platform.kafka import consumer_options
-from baton_platform.messages import PoisonMessage, decode, encode
-from baton_platform.offsets import CommitPacer, OffsetTracker
 from baton_platform.service import Service
 
 from baton_router.exploration import candidates, explores
 from baton_router.planning import Planner
 
 log = logging.getLogger(__name__)
-
-
-class _CommitOnRevoke(ConsumerRebalanceListener):
-    def __init__(self, tracker: OffsetTracker, pacer: CommitPacer) -> None:
-        self.tracker, self.pacer = tracker, pacer
-
-    async def on_partitions_revoked(self, revoked) -> None:
-        await self.pacer.maybe_commit(force=True)
-        self.tracker.forget(revoked)
-
-    async def on_partitions_assigned(self, assigned) -> None:
-        return None
 
 
 def kept_answer(request: requests_pb2.ChatRequest, plan: workflow_pb2.Plan, seconds: float) -> workflow_pb2.WorkflowEvent:
@@ -48,61 +31,15 @@ def kept_answer(request: requests_pb2.ChatRequest, plan: workflow_pb2.Plan, seco
         inner_plan=plan))
 
 
-def register(service: Service, planner: Planner, backend=None):
-    """Wire the subscribers; returns the coroutine function that keeps committing while idle."""
+def register(service: Service, planner: Planner, backend=None) -> None:
     plans = Counter("baton_plans", "Plans published", ["backend", "outcome"], registry=service.registry)
     latency = Histogram("baton_planning_seconds", "Time to plan one request", registry=service.registry)
     tracer = service.tracer_provider.get_tracer("baton.router")
-    loaded = Counter("baton_policies_loaded", "Policies loaded from baton.policy", ["version", "kind"],
-                     registry=service.registry)
-    failed = Counter("baton_policies_failed", "Policies from baton.policy that could not be loaded", ["kind"],
-                     registry=service.registry)
+    workflow = service.publisher(topics.WORKFLOW, workflow_pb2.WorkflowEvent, "Plans, and inner calls' kept answers.")
 
-    kind = getattr(backend, "policy_kind", None)
-    if kind:
-        # Every router replica reads the whole (small, compacted) policy topic: a published policy
-        # is served by all of them without a restart; a rollback is an update naming an older one.
-        # Updates of the other kind are for the other backend ("fast": the policy conductor, "lora": vLLM).
-        @service.broker.subscriber(topics.POLICY, auto_offset_reset="earliest", ack_policy=AckPolicy.ACK_FIRST)
-        async def on_policy(msg: KafkaMessage) -> None:
-            try:
-                update = decode(policy_pb2.PolicyUpdate, msg.body)
-            except PoisonMessage as e:
-                await service.dead_letters.send(msg, str(e))
-                return
-            if update.kind != kind:
-                return
-            try:
-                await backend.serve_policy(update.uri, update.version)
-                loaded.labels(update.version, "rollback" if update.rollback else "update").inc()
-            except Exception as e:  # noqa: BLE001 - a bad artefact must not stop planning with the current one
-                log.error("policy %s (%s) not loaded; still serving the previous one: %s", update.version, kind, e)
-                failed.labels(kind).inc()
-                await service.dead_letters.send(msg, f"policy {update.version} could not be loaded: {e}")
-
-    # Offsets are committed in batches (at most every 200 ms), after the plan is published: one
-    # commit round trip per request would cost the router more than planning a static plan.
-    tracker = OffsetTracker()
-    pacer = CommitPacer(tracker, interval_s=0.2)
-
-    @service.broker.subscriber(topics.REQUESTS, group_id=topics.GROUP_ROUTER, ack_policy=AckPolicy.MANUAL,
-                               listener=_CommitOnRevoke(tracker, pacer), **consumer_options(service.config.kafka))
-    async def on_request(msg: KafkaMessage) -> None:
-        raw = msg.raw_message
-        tp = TopicPartition(raw.topic, raw.partition)
-        tracker.begin(tp, raw.offset)
-        await plan_request(msg)
-        tracker.finish(tp, raw.offset)
-        await pacer.maybe_commit(getattr(msg, "consumer", None))
-
-    async def plan_request(msg: KafkaMessage) -> None:
-        try:
-            request = decode(requests_pb2.ChatRequest, msg.body)
-            if not request.request_id:
-                raise PoisonMessage("ChatRequest without request_id")
-        except PoisonMessage as e:
-            await service.dead_letters.send(msg, str(e))
-            return
+    async def plan_request(request: requests_pb2.ChatRequest, record: Record) -> None:
+        if not request.request_id:
+            raise PoisonMessage("ChatRequest without request_id")
         inner = request.HasField("parent")
         explore = not inner and explores(request.request_id, service.config.router.explore_share)
         group = candidates(request, service.config.router.explore_group_size) if explore else [request]
@@ -126,14 +63,36 @@ def register(service: Service, planner: Planner, backend=None):
                     planned=workflow_pb2.WorkflowPlanned(request=candidate, plan=result.plan,
                                                          planned_unix_ms=int(time.time() * 1000)),
                 )
-            await service.broker.publish(encode(event), topics.WORKFLOW, key=event.request_id.encode())
+            await workflow.send(event, key=event.request_id)
 
-    async def commit_while_idle() -> None:
-        async def loop() -> None:
-            while True:
-                await asyncio.sleep(0.5)
-                await pacer.maybe_commit(force=True)
+    # Offsets are committed in batches (at most every 200 ms), after the plan is published: one
+    # commit round trip per request would cost the router more than planning a static plan.
+    service.consumer(topics.REQUESTS, requests_pb2.ChatRequest, plan_request, group=topics.GROUP_ROUTER,
+                     tracked=True, commit_every_s=0.2, description="Chat requests to plan.")
+    register_policies(service, backend)
 
-        asyncio.get_running_loop().create_task(loop())
 
-    return commit_while_idle
+def register_policies(service: Service, backend) -> None:
+    """Every router replica reads the whole (small, compacted) policy topic: a published policy is
+    served by all of them without a restart; a rollback is an update naming an older one. Updates of
+    the other kind are for the other backend ("fast": the policy conductor, "lora": vLLM)."""
+    kind = getattr(backend, "policy_kind", None)
+    if not kind:
+        return
+    loaded = Counter("baton_policies_loaded", "Policies loaded from baton.policy", ["version", "kind"],
+                     registry=service.registry)
+    failed = Counter("baton_policies_failed", "Policies from baton.policy that could not be loaded", ["kind"],
+                     registry=service.registry)
+
+    async def on_policy(update: policy_pb2.PolicyUpdate, record: Record) -> None:
+        if update.kind != kind:
+            return
+        try:
+            await backend.serve_policy(update.uri, update.version)
+        except Exception as e:  # noqa: BLE001 - a bad artefact must not stop planning with the current one
+            log.error("policy %s (%s) not loaded; still serving the previous one: %s", update.version, kind, e)
+            failed.labels(kind).inc()
+            raise PoisonMessage(f"policy {update.version} could not be loaded: {e}") from None
+        loaded.labels(update.version, "rollback" if update.rollback else "update").inc()
+
+    service.consumer(topics.POLICY, policy_pb2.PolicyUpdate, on_policy, description="Policy versions to serve.")

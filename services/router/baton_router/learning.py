@@ -8,12 +8,10 @@ it had learned from the retained log.
 from __future__ import annotations
 
 from baton.v1 import rewards_pb2
-from faststream import AckPolicy
-from faststream.kafka import KafkaMessage
 from prometheus_client import Counter
 
 from baton_platform import topics
-from baton_platform.messages import PoisonMessage, decode
+from baton_platform.consumer import Record
 from baton_platform.service import Service
 
 
@@ -23,12 +21,8 @@ def register_rewards(service: Service, backend) -> None:
     learned = Counter("baton_rewards_learned", "Graded episodes that taught a new worker's online head",
                       registry=service.registry)
 
-    @service.broker.subscriber(topics.REWARDS, auto_offset_reset="earliest", ack_policy=AckPolicy.ACK_FIRST)
-    async def on_reward(msg: KafkaMessage) -> None:
-        try:
-            reward = decode(rewards_pb2.Reward, msg.body)
-        except PoisonMessage as e:
-            await service.dead_letters.send(msg, str(e))
-            return
+    async def on_reward(reward: rewards_pb2.Reward, record: Record) -> None:
         if backend.learn(reward):
             learned.inc()
+
+    service.consumer(topics.REWARDS, rewards_pb2.Reward, on_reward, description="Graded episodes to learn from.")

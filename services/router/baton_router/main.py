@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = None) -> AsgiFastStream:
     service = Service.create(SERVICE_NAME, config, tracer_provider)
     backend = build_backend(config)
-    commit_while_idle = register(service, Planner(config, backend), backend)
+    register(service, Planner(config, backend), backend)
     register_rewards(service, backend)
     loading: list[asyncio.Task] = []
 
@@ -41,7 +41,7 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
             return f"the conductor model failed to load: {loading[0].exception()}"
         return "the conductor model is loading"
 
-    return service.asgi_app(ready_checks=[conductor_ready], after_startup=[commit_while_idle, load_model],
+    return service.asgi_app(ready_checks=[conductor_ready], after_startup=[load_model],
                             on_shutdown=[backend.aclose])
 
 

@@ -18,17 +18,16 @@ import asyncio
 import contextlib
 import logging
 
-from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
-from baton.v1 import responses_pb2, workflow_pb2
-from faststream import AckPolicy
-from faststream.kafka import KafkaMessage
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from baton.v1 import feedback_pb2, requests_pb2, responses_pb2, tasks_pb2, workflow_pb2
 from opentelemetry import context as otel_context
 from prometheus_client import Counter, Gauge
 
 from baton_platform import topics
-from baton_platform.kafka import client_options, consumer_options, read_since
-from baton_platform.messages import PoisonMessage, decode, encode
-from baton_platform.offsets import CommitPacer, OffsetTracker
+from baton_platform.config import PROVIDERS
+from baton_platform.consumer import Record
+from baton_platform.kafka import client_options, read_since
+from baton_platform.messages import PoisonMessage
 from baton_platform.service import Service
 
 from baton_synthesizer.workflows import Action, Dispatch, Finish, Notify, Rate, Replan, Return, Run, Workflows
@@ -36,94 +35,62 @@ from baton_synthesizer.workflows import Action, Dispatch, Finish, Notify, Rate, 
 log = logging.getLogger(__name__)
 
 
-class _Rebalance(ConsumerRebalanceListener):
-    def __init__(self, owner: "SynthesizerWiring") -> None:
-        self._owner = owner
-
-    async def on_partitions_revoked(self, revoked) -> None:
-        await self._owner.revoked(set(revoked))
-
-    async def on_partitions_assigned(self, assigned) -> None:
-        return None
-
-
 class SynthesizerWiring:
     def __init__(self, service: Service, workflows: Workflows) -> None:
         self.service = service
         self.workflows = workflows
-        self.tracker = OffsetTracker()
-        self.pacer = CommitPacer(self.tracker)
         # Per partition: the end offset found when it was assigned; records before it are history.
         self._catchup_end: dict[TopicPartition, int] = {}
-        self._task: asyncio.Task | None = None
+        self._last: Run | None = None  # the run the record being handled folded into
         reg = service.registry
         self._responses = Counter("baton_responses", "Responses published", ["outcome"], registry=reg)
         self._dispatched = Counter("baton_steps_dispatched", "Steps dispatched", ["provider"], registry=reg)
         self._running = Gauge("baton_workflows_running", "Workflows in progress", registry=reg)
-
-    def register(self) -> None:
-        @self.service.broker.subscriber(topics.WORKFLOW, group_id=topics.GROUP_SYNTHESIZER,
-                                        ack_policy=AckPolicy.MANUAL, listener=_Rebalance(self),
-                                        **consumer_options(self.service.config.kafka))
-        async def on_event(msg: KafkaMessage) -> None:
-            await self.handle(msg)
-
-    # -- lifecycle -----------------------------------------------------------------------------
-
-    async def start_timers(self) -> None:
-        self._task = asyncio.create_task(self._watch())
-
-    async def stop_timers(self) -> None:
-        if self._task:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        await self.pacer.maybe_commit(force=True)
-
-    async def _watch(self) -> None:
-        while True:
-            await asyncio.sleep(0.25)
-            await self.tick()
+        out = service.publisher
+        self._tasks = {p: out(topics.tasks_topic(p), tasks_pb2.Task, f"Steps for the {p} executors.")
+                       for p in PROVIDERS}
+        self._replies = out(topics.RESPONSES, responses_pb2.Response, "Progress and final answers for the gateway.")
+        self._ratings = out(topics.FEEDBACK, feedback_pb2.Feedback,
+                            "A judge's rating of an answer.")
+        self._inner = out(topics.REQUESTS, requests_pb2.ChatRequest, "Inner calls of conductor steps.")
+        self._workflow = out(topics.WORKFLOW, workflow_pb2.WorkflowEvent,
+                             "Inner calls' results and exploration candidates' reports.")
+        self.consumer = service.consumer(
+            topics.WORKFLOW, workflow_pb2.WorkflowEvent, self.handle, group=topics.GROUP_SYNTHESIZER, tracked=True,
+            keep=True, on_revoked=self.revoked, after_each=self.advance, description="Plans and step results.")
+        self.consumer.every(0.25, self.tick)
 
     async def tick(self) -> None:
         """Time out late steps and deadlines, except on partitions whose history is still being read."""
-        try:
-            for run, actions in self.workflows.expired(skip=self._replaying):
-                await self._execute(run, actions)
-            await self.pacer.maybe_commit()
-        except Exception:  # noqa: BLE001 - the watchdog must outlive a failed publish
-            log.exception("synthesizer watchdog")
+        for run, actions in self.workflows.expired(skip=self._replaying):
+            await self._execute(run, actions)
 
     def _replaying(self, run: Run) -> bool:
         return self._catchup_end.get(run.origin[0], 0) > 0
 
     async def revoked(self, tps: set[TopicPartition]) -> None:
-        await self.pacer.maybe_commit(force=True)
         for rid, run in list(self.workflows.runs.items()):
             if run.origin[0] in tps:
                 self.workflows.forget(rid)
-        self.tracker.forget(tps)
         for tp in tps:
             self._catchup_end.pop(tp, None)
         self._running.set(len(self.workflows.runs))
 
     # -- records -------------------------------------------------------------------------------
 
-    async def handle(self, msg: KafkaMessage) -> None:
-        raw = msg.raw_message
-        tp = TopicPartition(raw.topic, raw.partition)
-        self.tracker.begin(tp, raw.offset)
+    async def handle(self, event: workflow_pb2.WorkflowEvent, record: Record) -> None:
+        self._last = self._fold(event, record.tp, record.offset)
+
+    async def advance(self, record: Record) -> None:
+        """After every record, folded or dead-lettered: act on it, or, at the end of a partition's
+        history, resume the partition's unfinished workflows."""
+        tp, offset = record.tp, record.offset
+        run, self._last = self._last, None
         if tp not in self._catchup_end:
-            self._catchup_end[tp] = msg.consumer.highwater(tp) or 0
-        replaying = raw.offset + 1 < self._catchup_end[tp]
-        try:
-            event = decode(workflow_pb2.WorkflowEvent, msg.body)
-            run = self._fold(event, tp, raw.offset)
-        except PoisonMessage as e:
-            await self.service.dead_letters.send(msg, str(e))
-            run = None
-        if run is None or not run.origin == (tp, raw.offset):
-            self.tracker.finish(tp, raw.offset)  # only a plan keeps its partition's commit back
+            self._catchup_end[tp] = self.consumer.end_offset(tp) or 0
+        replaying = offset + 1 < self._catchup_end[tp]
+        if run is None or not run.origin == (tp, offset):
+            self.consumer.finish(record)  # only a plan keeps its partition's commit back
         if not replaying:
             if self._catchup_end[tp] > 0:
                 self._catchup_end[tp] = 0
@@ -131,7 +98,6 @@ class SynthesizerWiring:
             elif run is not None:
                 await self._execute(run, self.workflows.advance(run))
         self._running.set(len(self.workflows.runs))
-        await self.pacer.maybe_commit(msg.consumer)
 
     def _fold(self, event: workflow_pb2.WorkflowEvent, tp: TopicPartition, offset: int) -> Run | None:
         kind = event.WhichOneof("event")
@@ -197,7 +163,7 @@ class SynthesizerWiring:
     def _ended(self, run: Run) -> None:
         """The run's outcome is published: its partition may commit past its start."""
         tp, offset = run.origin
-        self.tracker.finish(tp, offset)
+        self.consumer.finish(Record(tp, offset, b""))
         self.workflows.forget(run.request.request_id)
 
     async def _execute(self, run: Run, actions: list[Action]) -> None:
@@ -206,34 +172,27 @@ class SynthesizerWiring:
         try:
             for action in actions:
                 if isinstance(action, Dispatch):
-                    await self.service.broker.publish(encode(action.task), topics.tasks_topic(action.provider),
-                                                      key=action.task.request_id.encode())
+                    await self._tasks[action.provider].send(action.task, key=action.task.request_id)
                     self._dispatched.labels(action.provider).inc()
                 elif isinstance(action, Notify):
-                    await self.service.broker.publish(encode(action.response), topics.RESPONSES,
-                                                      key=action.response.request_id.encode(),
-                                                      partition=action.reply_partition)
+                    await self._replies.send(action.response, key=action.response.request_id,
+                                             partition=action.reply_partition)
                 elif isinstance(action, Rate):
-                    await self.service.broker.publish(encode(action.feedback), topics.FEEDBACK,
-                                                      key=action.feedback.response_id.encode())
+                    await self._ratings.send(action.feedback, key=action.feedback.response_id)
                 elif isinstance(action, Replan):
-                    await self.service.broker.publish(encode(action.request), topics.REQUESTS,
-                                                      key=action.request.request_id.encode())
+                    await self._inner.send(action.request, key=action.request.request_id)
                     self._dispatched.labels("conductor").inc()
                 elif isinstance(action, Finish):
-                    await self.service.broker.publish(encode(action.response), topics.RESPONSES,
-                                                      key=action.response.request_id.encode(),
-                                                      partition=action.reply_partition)
+                    await self._replies.send(action.response, key=action.response.request_id,
+                                             partition=action.reply_partition)
                     self._responses.labels(action.response.WhichOneof("outcome")).inc()
                     if action.report is not None:
                         # Keyed by the group: it reaches the replica running the client's candidate.
-                        await self.service.broker.publish(encode(action.report), topics.WORKFLOW,
-                                                          key=action.report.request_id.encode())
+                        await self._workflow.send(action.report, key=action.report.request_id)
                     self._ended(run)
                 elif isinstance(action, Return):
                     # Keyed by the parent: its partition, and so the replica running it, gets the result.
-                    await self.service.broker.publish(encode(action.event), topics.WORKFLOW,
-                                                      key=action.event.request_id.encode())
+                    await self._workflow.send(action.event, key=action.event.request_id)
                     self._responses.labels("returned").inc()
                     self._ended(run)
         finally:

@@ -17,9 +17,8 @@ SERVICE_NAME = "baton-synthesizer"
 
 def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = None) -> AsgiFastStream:
     service = Service.create(SERVICE_NAME, config, tracer_provider)
-    wiring = SynthesizerWiring(service, Workflows(config))
-    wiring.register()
-    return service.asgi_app(after_startup=[wiring.start_timers], on_shutdown=[wiring.stop_timers])
+    SynthesizerWiring(service, Workflows(config))
+    return service.asgi_app()
 
 
 def run() -> None:

@@ -1,0 +1,252 @@
+"""The one way a service reads a topic and writes others.
+
+A `Consumer` subscribes to one topic and hands its handler decoded contract messages. It owns what
+every consumer of the suite needs and none should write again:
+
+- decoding: the record is parsed as the consumer's protobuf type; a record that does not parse, or
+  whose handler raises `PoisonMessage`, goes to baton.dlq with the reason, from here only;
+- offsets (consumers in a group, `tracked=True`): each record is begun before its handler runs and,
+  unless the handler keeps it (`keep=True`: it calls `finish` once the work is durable), finished
+  after; commits never pass an unfinished record, are paced, made on revocation, and made while
+  idle by a task the consumer keeps and cancels on shutdown;
+- `after_each` runs after every record, handled or dead-lettered (state that moves with the offset,
+  such as the end of a partition's history, must see poison records too);
+- rebalances: `on_assigned` runs before any record of the new assignment is handled (recovery
+  reads), `on_revoked` before the revoked partitions' final commit;
+- lag: `end_offset` and `assignment` answer from the real consumer, and None / empty in memory
+  (FastStream's test broker has no Kafka consumer), so handlers need not know which they run on.
+
+A `Publisher` is a declared FastStream publisher for one topic and message type: AsyncAPI documents
+it, FastStream's test broker routes it, and the broker's middlewares (trace propagation) apply.
+
+A whole service that answers every chat request (the same example is in the library's README)::
+
+    service = Service.create("baton-echo", config)
+    answers = service.publisher(topics.RESPONSES, responses_pb2.Response)
+
+    async def echo(request: requests_pb2.ChatRequest, record: Record) -> None:
+        if not request.request_id:
+            raise PoisonMessage("ChatRequest without request_id")
+        await answers.send(responses_pb2.Response(request_id=request.request_id, answer="hi"), key=request.request_id)
+
+    service.consumer(topics.REQUESTS, requests_pb2.ChatRequest, echo, group="baton-echo", tracked=True)
+    app = service.asgi_app()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from baton.v1 import dead_letter_pb2
+from faststream import AckPolicy
+from faststream.kafka import KafkaBroker, KafkaMessage
+from faststream.kafka.annotations import KafkaMessage as CurrentMessage
+from google.protobuf.message import Message
+
+from baton_platform import topics
+from baton_platform.config import KafkaConfig
+from baton_platform.kafka import consumer_options
+from baton_platform.messages import PoisonMessage, decode, encode
+from baton_platform.offsets import CommitPacer, OffsetTracker
+
+log = logging.getLogger(__name__)
+M = TypeVar("M", bound=Message)
+
+
+@dataclass(frozen=True)
+class Record:
+    """Where a handled message came from."""
+
+    tp: TopicPartition
+    offset: int
+    key: bytes
+
+
+def _described(kind: type[Message]) -> str:
+    return f"{kind.DESCRIPTOR.full_name} (protobuf, proto/{kind.DESCRIPTOR.file.name})"
+
+
+class Publisher:
+    """A declared publisher of `kind` messages on one topic."""
+
+    def __init__(self, broker: KafkaBroker, service: str, topic: str, kind: type[Message] | None,
+                 description: str = "") -> None:
+        self.topic = topic
+        what = _described(kind) if kind is not None else "JSON"
+        self._out = broker.publisher(topic, title=f"{service}:{topic}", schema=bytes,
+                                     description=f"{description} {what}".strip())
+
+    async def send(self, message: Message | bytes, *, key: str | bytes, partition: int | None = None,
+                   headers: dict[str, str] | None = None) -> None:
+        body = message if isinstance(message, bytes) else encode(message)
+        await self._out.publish(body, key=key if isinstance(key, bytes) else key.encode(), partition=partition,
+                                headers=headers)
+
+
+class DeadLetters:
+    """Sends records a service cannot process to baton.dlq, so the consumer goes on and nothing is lost."""
+
+    def __init__(self, broker: KafkaBroker, service: str, on_dead_letter: Callable[[str], None] | None = None) -> None:
+        self._out = Publisher(broker, service, topics.DLQ, dead_letter_pb2.DeadLetter,
+                              "Records a service could not process.")
+        self._service = service
+        self._on_dead_letter = on_dead_letter
+
+    async def send(self, msg: KafkaMessage, reason: str) -> None:
+        raw = msg.raw_message
+        letter = dead_letter_pb2.DeadLetter(
+            source_topic=raw.topic, partition=raw.partition, offset=raw.offset, key=raw.key or b"",
+            value=raw.value or b"", reason=reason[:2000], service=self._service,
+            failed_unix_ms=int(time.time() * 1000))
+        log.warning("dead-lettering %s[%s]@%s: %s", raw.topic, raw.partition, raw.offset, reason)
+        await self._out.send(letter, key=raw.key or b"", headers={topics.DLQ_REASON_HEADER: reason[:500]})
+        if self._on_dead_letter is not None:
+            self._on_dead_letter(raw.topic)
+
+
+Hook = Callable[[set[TopicPartition]], Awaitable[None]]
+
+
+class Consumer(ConsumerRebalanceListener, Generic[M]):
+    """One subscription; see the module's docstring. Made by `Service.consumer`."""
+
+    def __init__(self, broker: KafkaBroker, service: str, kafka: KafkaConfig, dead_letters: DeadLetters, topic: str,
+                 kind: type[M], handler: Callable[[M, Record], Awaitable[None]], *, group: str | None = None,
+                 tracked: bool = False, keep: bool = False, commit_every_s: float = 0.5,
+                 offset_reset: str = "earliest", on_assigned: Hook | None = None, on_revoked: Hook | None = None,
+                 on_stop: Callable[[], Awaitable[None]] | None = None,
+                 after_each: Callable[[Record], Awaitable[None]] | None = None, description: str = "") -> None:
+        if tracked and group is None:
+            raise ValueError("only a consumer group commits offsets: tracked=True needs a group")
+        self.topic, self.kind, self.group, self.tracked, self.keep = topic, kind, group, tracked, keep
+        self.tracker = OffsetTracker()
+        self._pacer = CommitPacer(self.tracker, interval_s=commit_every_s)
+        self._handler = handler
+        self._dead_letters = dead_letters
+        self._on_assigned, self._on_revoked, self._on_stop = on_assigned, on_revoked, on_stop
+        self._after_each = after_each
+        self._timers: list[tuple[float, Callable[[], Awaitable[None]]]] = []
+        self._tasks: list[asyncio.Task] = []
+        # Cleared while a new assignment's on_assigned runs: the consumer may already be fetching
+        # the new partitions, and none of their records may be handled before it returns.
+        self._assigned = asyncio.Event()
+        self._assigned.set()
+        options: dict[str, Any] = {"auto_offset_reset": offset_reset}
+        if group is not None:
+            options = {**consumer_options(kafka), **options, "group_id": group, "listener": self}
+        self.subscriber = broker.subscriber(
+            topic, ack_policy=AckPolicy.MANUAL if tracked else AckPolicy.ACK_FIRST,
+            title=f"{topic}:{service}", description=f"{description} {_described(kind)}".strip(),
+            **options)
+
+        async def on_record(body: bytes, msg: CurrentMessage) -> None:  # `body: bytes` documents the payload
+            await self.consume(msg)
+
+        self.subscriber(on_record)
+        if tracked:
+            self.every(commit_every_s, self.commit)  # the last records before a quiet spell commit too
+
+    # -- what handlers and services call -----------------------------------------------------------
+
+    def finish(self, record: Record) -> None:
+        """The record's work is durable: its offset may be committed."""
+        self.tracker.finish(record.tp, record.offset)
+
+    async def commit(self, *, soon: bool = False) -> None:
+        """Commit every partition as far as its oldest unfinished record: now, or with `soon` within
+        the consumer's commit interval (a busy consumer does not commit per record)."""
+        await self._pacer.maybe_commit(self._kafka_consumer(), force=not soon)
+
+    def every(self, seconds: float, tick: Callable[[], Awaitable[None]]) -> None:
+        """Run `tick` every `seconds` from the service's start to its stop (a failure is logged)."""
+        self._timers.append((seconds, tick))
+
+    def end_offset(self, tp: TopicPartition) -> int | None:
+        """The partition's end offset as last fetched, or None when unknown (or in memory)."""
+        consumer = self._kafka_consumer()
+        return consumer.highwater(tp) if consumer is not None else None
+
+    def assignment(self) -> set[TopicPartition]:
+        consumer = self._kafka_consumer()
+        return set(consumer.assignment()) if consumer is not None else set()
+
+    def partition_count(self) -> int:
+        consumer = self._kafka_consumer()
+        return len(consumer.partitions_for_topic(self.topic) or ()) if consumer is not None else 0
+
+    # -- lifecycle (Service runs these) ------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._repeat(s, t)) for s, t in self._timers]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        if self._on_stop is not None:
+            await self._on_stop()
+        if self.tracked:
+            await self.commit()
+
+    async def _repeat(self, seconds: float, tick: Callable[[], Awaitable[None]]) -> None:
+        while True:
+            await asyncio.sleep(seconds)
+            try:
+                await tick()
+            except Exception:
+                log.exception("periodic task of the %s consumer failed", self.topic)
+
+    # -- records -----------------------------------------------------------------------------------
+
+    async def consume(self, msg: KafkaMessage) -> None:
+        """Handle one record (the subscriber calls this for each)."""
+        raw = msg.raw_message
+        record = Record(TopicPartition(raw.topic, raw.partition), raw.offset, raw.key or b"")
+        if self.tracked:
+            await self._assigned.wait()
+            self.tracker.begin(record.tp, record.offset)
+        try:
+            await self._handler(decode(self.kind, msg.body), record)
+        except PoisonMessage as e:
+            await self._dead_letters.send(msg, str(e))
+            self.finish(record)
+        else:
+            if not self.keep:
+                self.finish(record)
+        if self._after_each is not None:
+            await self._after_each(record)
+        if self.tracked:
+            await self.commit(soon=True)
+
+    def _kafka_consumer(self) -> AIOKafkaConsumer | None:
+        consumer = getattr(self.subscriber, "consumer", None)
+        return consumer if isinstance(consumer, AIOKafkaConsumer) else None
+
+    # -- rebalances (aiokafka awaits these) --------------------------------------------------------
+
+    async def on_partitions_revoked(self, revoked) -> None:
+        revoked = set(revoked)
+        if self._on_revoked is not None:
+            await self._on_revoked(revoked)
+        if self.tracked:
+            await self.commit()
+            self.tracker.forget(revoked)
+
+    async def on_partitions_assigned(self, assigned) -> None:
+        if self._on_assigned is None:
+            return
+        self._assigned.clear()
+        try:
+            await self._on_assigned(set(assigned))
+        finally:
+            self._assigned.set()

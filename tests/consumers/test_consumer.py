@@ -1,0 +1,74 @@
+"""The consumer building block itself, through the example in libs/platform/README.md: run in memory
+and on the real broker, it answers, dead-letters in one place, and commits what it handled."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import uuid
+
+from baton.v1 import dead_letter_pb2, requests_pb2, responses_pb2
+from baton_platform import topics
+from baton_platform.consumer import Record
+from baton_platform.messages import PoisonMessage
+from baton_platform.service import Service
+from testbed import REPO, header
+
+
+async def wait_committed(bootstrap: str, group: str, offsets: dict, timeout: float = 10.0) -> dict:
+    """The group's committed offsets of `offsets`' partitions, once they reach `offsets` (or at the timeout)."""
+    from aiokafka import AIOKafkaConsumer
+
+    probe = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    await probe.start()
+    try:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            committed = {tp: await probe.committed(tp) for tp in offsets}
+            if committed == offsets or asyncio.get_running_loop().time() > deadline:
+                return committed
+            await asyncio.sleep(0.2)
+    finally:
+        await probe.stop()
+
+
+async def finished(consumer, timeout: float = 5.0) -> dict:
+    """The consumer's committable offsets once no record it began is unfinished (a dead letter is
+    published just before its record is finished, so seeing it does not mean the record is done)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while any(consumer.tracker.pending(tp) for tp in consumer.tracker.committable()):
+        if asyncio.get_running_loop().time() > deadline:
+            break
+        await asyncio.sleep(0.05)
+    return consumer.tracker.committable()
+
+
+def example_app(config):
+    """The README's example, run as written."""
+    (code,) = re.findall(r"```python\n(.*?)```", (REPO / "libs" / "platform" / "README.md").read_text(), re.DOTALL)
+    scope = {"config": config, "Service": Service, "Record": Record, "PoisonMessage": PoisonMessage,
+             "topics": topics, "requests_pb2": requests_pb2, "responses_pb2": responses_pb2}
+    exec(code, scope)  # noqa: S102 - the repository's own documentation
+    return scope["service"], scope["app"]
+
+
+async def test_the_readme_example_answers_and_dead_letters(bus):
+    service, app = example_app(bus.config())
+    rid, bad = uuid.uuid4().hex, uuid.uuid4().hex
+    async with bus.running(app, topics.RESPONSES, topics.DLQ) as seen:
+        await bus.publish(app, topics.REQUESTS, rid, requests_pb2.ChatRequest(request_id=rid).SerializeToString())
+        await bus.publish(app, topics.REQUESTS, bad, b"\xff not a request")
+        (answer,) = await seen[topics.RESPONSES].wait(lambda r: r.key == rid.encode())
+        (letter,) = await seen[topics.DLQ].wait(lambda r: r.key == bad.encode())
+        (consumer,) = service.consumers
+        handled = await finished(consumer)
+        if bus.bootstrap is not None:
+            # No record follows: the commit is made while the consumer is idle.
+            committed = await wait_committed(bus.bootstrap, "baton-echo", handled)
+            assert committed == handled, "the group's commits reach past both records"
+    assert responses_pb2.Response.FromString(answer.value).answer == "hi"
+    assert "not a valid baton.v1.ChatRequest" in header(letter, topics.DLQ_REASON_HEADER)
+    assert dead_letter_pb2.DeadLetter.FromString(letter.value).service == "baton-echo"
+    assert service.registry.get_sample_value("baton_dlq_messages_total", {"topic": topics.REQUESTS}) == 1
+    assert handled and all(consumer.tracker.pending(tp) == 0 for tp in handled), "both records are finished"
+    assert {tp.topic for tp in handled} == {topics.REQUESTS}

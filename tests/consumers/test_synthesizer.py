@@ -1,0 +1,53 @@
+"""The synthesizer's workflow consumer, run in memory and on the real broker: a plan's steps are
+dispatched in order, each with what its access list names, and the answer goes to the partition of
+baton.responses that the asking gateway reads. (Restarts mid-workflow: tests/integration.)"""
+
+from __future__ import annotations
+
+import uuid
+
+from baton.v1 import responses_pb2, tasks_pb2, workflow_pb2
+from baton_platform import topics
+from baton_platform.telemetry import setup_tracing
+from baton_synthesizer.main import create_app
+from testbed import completed, planned_event
+
+
+async def test_a_plan_runs_step_by_step_to_an_answer_on_the_reply_partition(bus):
+    app = create_app(bus.config(), tracer_provider=setup_tracing("t", set_global=False))
+    rid = uuid.uuid4().hex
+
+    def task_of(step):
+        return lambda r: r.key == rid.encode() and tasks_pb2.Task.FromString(r.value).step == step
+
+    def final(r):
+        return r.key == rid.encode() and responses_pb2.Response.FromString(r.value).WhichOneof("outcome") == "answer"
+
+    async with bus.running(app, topics.tasks_topic("sim"), topics.RESPONSES) as seen:
+        tasks = seen[topics.tasks_topic("sim")]
+        await bus.publish(app, topics.WORKFLOW, rid, planned_event(rid))
+        (t0,) = await tasks.wait(task_of(0))
+        assert tasks_pb2.Task.FromString(t0.value).task_id == f"{rid}:0:1"
+        assert await tasks.wait(task_of(1), timeout=0.5) == [], "step 1 waits for the step it reads"
+        await bus.publish(app, topics.WORKFLOW, rid, completed(rid, 0, "DRAFT-OUTPUT"))
+        (t1,) = await tasks.wait(task_of(1))
+        assert "DRAFT-OUTPUT" in tasks_pb2.Task.FromString(t1.value).messages[0].content
+        await bus.publish(app, topics.WORKFLOW, rid, completed(rid, 1, "FINAL"))
+        (answer,) = await seen[topics.RESPONSES].wait(final)
+    response = responses_pb2.Response.FromString(answer.value)
+    assert answer.partition == 2, "the response goes to the partition the asking gateway reads"
+    assert response.answer == "FINAL" and [s.output for s in response.episode.steps] == ["DRAFT-OUTPUT", "FINAL"]
+
+
+async def test_an_event_that_is_not_a_workflow_event_is_dead_lettered_and_the_next_one_is_handled(bus):
+    app = create_app(bus.config(), tracer_provider=setup_tracing("t", set_global=False))
+    rid = uuid.uuid4().hex
+    async with bus.running(app, topics.tasks_topic("sim"), topics.DLQ) as seen:
+        await bus.publish(app, topics.WORKFLOW, rid, b"\xff\xfe not protobuf")
+        await bus.publish(app, topics.WORKFLOW, rid, workflow_pb2.WorkflowEvent(request_id=rid).SerializeToString())
+        await bus.publish(app, topics.WORKFLOW, rid, planned_event(rid))
+        (task,) = await seen[topics.tasks_topic("sim")].wait(lambda r: r.key == rid.encode())
+        letters = await seen[topics.DLQ].wait(lambda r: r.key == rid.encode(), count=2)
+    reasons = sorted(dict(r.headers)[topics.DLQ_REASON_HEADER].decode() for r in letters)
+    assert reasons[0] == "WorkflowEvent with no event set" and "not a valid baton.v1.WorkflowEvent" in reasons[1]
+    assert tasks_pb2.Task.FromString(task.value).task_id == f"{rid}:0:1"
