@@ -46,7 +46,7 @@ lint: install ## ruff (lint and import order) and mypy (types), configured in py
 	.venv/bin/ruff check .
 	.venv/bin/mypy
 
-test: install kafka helm vllm ## The whole suite: unit, component, integration, e2e (starts its own Kafka) and the chart
+test: install kafka helm vllm lint ## ruff and mypy, then the whole suite: unit, component, integration, e2e (starts its own Kafka) and the chart
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-fast: install ## Tests without a broker, service processes or the vLLM engine (unit, component, in-memory consumers)

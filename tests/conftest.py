@@ -11,6 +11,9 @@ import pytest
 import yaml
 from testbed import BUSES, Bus, default_config_data
 
+# The S3 server's fixtures (s3_server, s3_url), for every test that asks for one.
+pytest_plugins = ["moto_s3"]
+
 # Tiers by where a test lives...
 DIRECTORY_TIERS = {"integration": ("kafka",), "e2e": ("e2e", "kafka")}
 # ...by what it uses...

@@ -2,7 +2,7 @@
 
 The code under test is pointed at it the way a production user points Baton at MinIO, Ceph or R2:
 with `AWS_ENDPOINT_URL_S3`, which botocore (and so s3fs) honours, and ordinary credentials.
-Import the fixtures into a test module: `from moto_s3 import s3_server, s3_url  # noqa: F401`.
+tests/conftest.py registers this module as a plugin: a test asks for `s3_url` by name.
 """
 
 from __future__ import annotations

@@ -160,6 +160,7 @@ class Tap:
         if self.bootstrap is None:
             return self
         from aiokafka import AIOKafkaConsumer, TopicPartition
+
         from baton_platform.kafka import partition_ids
 
         self.consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None, auto_offset_reset="latest")

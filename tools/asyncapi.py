@@ -16,14 +16,15 @@ DOCUMENT = REPO / "docs" / "asyncapi.yaml"
 
 
 def document() -> str:
+    from faststream.specification import AsyncAPI
+    from opentelemetry.sdk.trace import TracerProvider
+
     from baton_executor.main import create_app as executor
     from baton_gateway.main import create_app as gateway
     from baton_platform.config import load_config
     from baton_reward_logger.main import create_app as reward_logger
     from baton_router.main import create_app as router
     from baton_synthesizer.main import create_app as synthesizer
-    from faststream.specification import AsyncAPI
-    from opentelemetry.sdk.trace import TracerProvider
 
     config = load_config(REPO / "config" / "baton.yaml")
     tracing = TracerProvider()  # not exported: building the apps must not start an exporter

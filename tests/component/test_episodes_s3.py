@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import pyarrow.dataset as ds
 from s3fs import S3FileSystem
+from unit.test_episodes import record
 
 from baton_reward_logger.episodes import EPISODE_SCHEMA, DatasetWriter
 from baton_trainer.cluster import count_episodes
 from baton_trainer.grpo_data import read_episodes
-from moto_s3 import s3_server, s3_url  # noqa: F401 - fixtures
-from unit.test_episodes import record
 
 DAY = "date=2025-11-24"
 

@@ -7,10 +7,9 @@ import asyncio
 from types import SimpleNamespace
 
 import pytest
-
 from aiokafka import TopicPartition
-from baton.v1 import tasks_pb2, workflow_pb2
 
+from baton.v1 import tasks_pb2, workflow_pb2
 from baton_executor.handlers import TaskConsumer
 from baton_executor.metrics import ExecutorMetrics
 from baton_platform import topics

@@ -7,15 +7,15 @@ import asyncio
 import csv
 import sys
 
-from baton.v1 import common_pb2, responses_pb2, tasks_pb2, workflow_pb2
 from faststream.kafka import KafkaMessage, TestKafkaBroker
+from testbed import MMLU_PRO, default_config_data
 
-from baton_tools.standins.server import run_standin
+from baton.v1 import common_pb2, responses_pb2, tasks_pb2, workflow_pb2
 from baton_executor.main import create_app
 from baton_platform import topics
 from baton_platform.config import load_config
 from baton_platform.telemetry import setup_tracing
-from testbed import MMLU_PRO, default_config_data
+from baton_tools.standins.server import run_standin
 
 
 async def run_task(config_path, provider: str, task: tasks_pb2.Task) -> list[tuple[str, KafkaMessage]]:

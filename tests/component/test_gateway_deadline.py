@@ -9,10 +9,10 @@ import httpx
 from faststream.kafka import TestKafkaBroker
 
 import baton_gateway.main as gateway
+from baton_gateway.replies import Replies
 from baton_platform.config import load_config
 from baton_platform.consumer import Publisher
 from baton_platform.telemetry import setup_tracing
-from baton_gateway.replies import Replies
 
 
 class AssignedReplies(Replies):

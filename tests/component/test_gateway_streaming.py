@@ -7,10 +7,10 @@ import json
 
 import httpx
 import pytest
-from baton.v1 import common_pb2, requests_pb2, responses_pb2
 from faststream.kafka import KafkaMessage, TestKafkaBroker
 
 import baton_gateway.main as gateway
+from baton.v1 import common_pb2, requests_pb2, responses_pb2
 from baton_gateway.replies import Replies
 from baton_platform import topics
 from baton_platform.config import load_config

@@ -4,7 +4,6 @@ tested in tests/consumers)."""
 from __future__ import annotations
 
 from baton.v1 import common_pb2, requests_pb2
-
 from baton_platform.config import load_config
 
 

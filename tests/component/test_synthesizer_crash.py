@@ -10,9 +10,9 @@ import time
 from types import SimpleNamespace
 
 from aiokafka import TopicPartition
-from baton.v1 import common_pb2, requests_pb2, responses_pb2, workflow_pb2
 from faststream.kafka import KafkaMessage, TestKafkaBroker
 
+from baton.v1 import common_pb2, requests_pb2, responses_pb2, workflow_pb2
 from baton_platform import topics
 from baton_platform.config import load_config
 from baton_platform.service import Service

@@ -7,12 +7,13 @@ import asyncio
 import re
 import uuid
 
+from testbed import REPO, header
+
 from baton.v1 import dead_letter_pb2, requests_pb2, responses_pb2
 from baton_platform import topics
 from baton_platform.consumer import Record
 from baton_platform.messages import PoisonMessage
 from baton_platform.service import Service
-from testbed import REPO, header
 
 
 async def wait_committed(bootstrap: str, group: str, offsets: dict, timeout: float = 10.0) -> dict:

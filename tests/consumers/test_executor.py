@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+from testbed import first_question
+
 from baton.v1 import common_pb2, tasks_pb2, workflow_pb2
 from baton_executor.main import create_app
 from baton_platform import topics
 from baton_platform.telemetry import setup_tracing
-from testbed import first_question
 
 
 async def test_a_sim_task_is_answered_once_even_when_redelivered(bus):
@@ -20,7 +21,9 @@ async def test_a_sim_task_is_answered_once_even_when_redelivered(bus):
     rid = uuid.uuid4().hex
     task = tasks_pb2.Task(task_id=f"{rid}:0:1", request_id=rid, step=0, attempt=1, worker="gemini-pro",
                           query=row["prompt"], messages=[common_pb2.ChatMessage(role="user", content=row["prompt"])])
-    mine = lambda r: r.key == rid.encode()
+    def mine(r) -> bool:
+        return r.key == rid.encode()
+
     async with bus.running(app, topics.WORKFLOW) as seen:
         await bus.publish(app, topics.tasks_topic("sim"), rid, task.SerializeToString())
         await bus.publish(app, topics.tasks_topic("sim"), rid, task.SerializeToString())

@@ -5,13 +5,14 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from testbed import default_config_data, header
+
 from baton.v1 import common_pb2, dead_letter_pb2, requests_pb2, workflow_pb2
 from baton_platform import topics
 from baton_platform.telemetry import setup_tracing
 from baton_router.main import create_app
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from testbed import default_config_data, header
 
 
 @pytest.fixture

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import uuid
 
+from testbed import completed, planned_event
+
 from baton.v1 import responses_pb2, tasks_pb2, workflow_pb2
 from baton_platform import topics
 from baton_platform.telemetry import setup_tracing
 from baton_synthesizer.main import create_app
-from testbed import completed, planned_event
 
 
 async def test_a_plan_runs_step_by_step_to_an_answer_on_the_reply_partition(bus):

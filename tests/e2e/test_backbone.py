@@ -11,15 +11,14 @@ import openai
 import pyarrow.dataset as ds
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from testbed import default_config_data, episode_of, first_question, wait_for
 
-from baton_tools.stack import Stack
-from baton_tools.procs import free_port
-from baton_tools.standins.server import run_standin
 from baton_platform import topics
 from baton_platform.apikeys import hash_key
-from testbed import default_config_data, episode_of, first_question, wait_for
+from baton_tools.procs import free_port
+from baton_tools.stack import Stack
+from baton_tools.standins.server import run_standin
 from e2e.otlp import OtlpReceiver
-
 
 CALLER_KEY = "caller-key-7f3a9c"           # what clients send to the gateway
 DRAFT_CHECK = r"(?s)\[local-model\] saw: .*Check the first draft.*"

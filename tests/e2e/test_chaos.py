@@ -39,14 +39,13 @@ import pytest
 import yaml
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
-from baton.v1 import workflow_pb2
-
-from baton_tools.kafka import LocalKafka
-from baton_tools.stack import Stack
-from baton_tools.procs import free_port
-from baton_platform import topics
 from testbed import MMLU_PRO, default_config_data, wait_for
 
+from baton.v1 import workflow_pb2
+from baton_platform import topics
+from baton_tools.kafka import LocalKafka
+from baton_tools.procs import free_port
+from baton_tools.stack import Stack
 
 RATE_PER_S = 3.0
 DEADLINE_S = 20.0
@@ -240,7 +239,7 @@ def test_every_process_and_the_broker_killed_in_turn_under_load(tmp_path):
                 restart_with_the_cli(stack, fault)
             back = time.monotonic()
             # Recovered: a request sent once the process (or broker) is back has been answered.
-            answered = wait_for(lambda: load.first_answer_after(back), 60, 0.25)
+            answered = wait_for(lambda back=back: load.first_answer_after(back), 60, 0.25)
             recovery[fault] = answered - t0 if answered else None
             time.sleep(3)
         load.phase = "after"

@@ -10,12 +10,11 @@ from collections import Counter
 import pytest
 import yaml
 
+from baton_platform import topics
+from baton_tools.executors import ExecutorProcs, StepResults, sustained_rate
 from baton_tools.kafka import acreate_topics
 from baton_tools.standins import run_standin, standin_requests, standin_stats
-from baton_platform import topics
 from baton_tools.traffic import make_task, offer
-from baton_tools.executors import ExecutorProcs, StepResults, sustained_rate
-
 
 LIMIT_PER_S = 20          # what the provider stand-in allows ...
 WINDOW_S = 6.0            # ... in any sliding window of this length (real providers use a minute)

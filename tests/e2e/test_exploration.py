@@ -7,10 +7,10 @@ import time
 import openai
 import pyarrow.dataset as ds
 import yaml
-
-from baton_tools.stack import Stack
-from baton_tools.procs import free_port
 from testbed import default_config_data
+
+from baton_tools.procs import free_port
+from baton_tools.stack import Stack
 
 
 def exploring_stack(kafka_bootstrap, tmp_path, **sections) -> Stack:

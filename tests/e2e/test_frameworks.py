@@ -16,10 +16,9 @@ import httpx
 import openai
 import pytest
 from pydantic import BaseModel
-
-from baton_tools.standins.server import reset_standin, run_standin, standin_requests
 from testbed import default_config_data, running_stack
 
+from baton_tools.standins.server import reset_standin, run_standin, standin_requests
 
 DRAFT = "Draft what the answer needs."
 ANSWER = "Give the final answer."

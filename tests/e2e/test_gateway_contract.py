@@ -19,14 +19,13 @@ import yaml
 from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import positive_data_acceptance
-
-from baton_tools.stack import Stack
-from baton_tools.procs import alive, free_port
-from baton_tools.standins.server import run_standin
-from baton_platform.apikeys import hash_key, mint_key
-from e2e.otlp import OtlpReceiver
 from testbed import default_config_data
 
+from baton_platform.apikeys import hash_key, mint_key
+from baton_tools.procs import alive, free_port
+from baton_tools.stack import Stack
+from baton_tools.standins.server import run_standin
+from e2e.otlp import OtlpReceiver
 
 FUZZ_KEY, LIMITED_KEY, BROKE_KEY, FEEDBACK_KEY = mint_key(), mint_key(), mint_key(), mint_key()
 PROVIDER_KEY = "sk-provider-" + mint_key()[3:]
@@ -177,10 +176,10 @@ def test_fuzz_the_gateway_against_its_openapi_schema(stack):
             @settings(max_examples=examples // len(modes), deadline=None, derandomize=True, database=None,
                       suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate])
             @given(case=operation.as_strategy(generation_mode=mode, auth_storage=api.auth))
-            def fuzz(case):
+            def fuzz(case):  # run within this iteration: the loop's operation and mode are the current ones
                 response = case.call(timeout=90)
-                RESULTS.append({"operation": operation.label, "mode": mode.value, "status": response.status_code,
-                                "body": response.text})
+                RESULTS.append({"operation": operation.label, "mode": mode.value,  # noqa: B023 - see above
+                                "status": response.status_code, "body": response.text})
                 excluded = [positive_data_acceptance] if across_fields(response) else []
                 case.validate_response(response, excluded_checks=excluded)
 

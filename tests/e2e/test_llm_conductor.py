@@ -9,10 +9,10 @@ import time
 import openai
 import pyarrow.dataset as ds
 import yaml
-
-from baton_tools.stack import Stack
-from baton_tools.procs import free_port
 from testbed import MMLU_PRO, default_config_data
+
+from baton_tools.procs import free_port
+from baton_tools.stack import Stack
 
 
 def wait_for_episodes(root, count, timeout=30):

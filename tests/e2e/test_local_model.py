@@ -14,11 +14,11 @@ import openai
 import pyarrow.dataset as ds
 import pytest
 import yaml
+from testbed import MMLU_PRO, default_config_data
 
 from baton_tools.model_servers import port_in_use
-from baton_tools.stack import Stack
 from baton_tools.procs import free_port, group_alive
-from testbed import MMLU_PRO, default_config_data
+from baton_tools.stack import Stack
 
 pytestmark = pytest.mark.timeout(1500)
 

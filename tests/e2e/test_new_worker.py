@@ -11,12 +11,11 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import openai
 import pyarrow.dataset as ds
+from testbed import MMLU_PRO, default_config_data, running_stack
 
 from baton_policy.fastpolicy import Policy
 from baton_policy.matrix import load_matrix, without
 from baton_policy.workflows import candidate_workflows
-from testbed import MMLU_PRO, default_config_data, running_stack
-
 
 NEW_MODEL = "Qwen1.5-110B"
 

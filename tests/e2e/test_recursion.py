@@ -7,13 +7,12 @@ server that echoes what it was sent, must see the workflow so far. Its answer be
 
 from __future__ import annotations
 
-
 import openai
 import pyarrow.dataset as ds
 import pytest
+from testbed import default_config_data, episode_of, first_question, running_stack, wait_for
 
 from baton_tools.standins.server import run_standin
-from testbed import default_config_data, episode_of, first_question, running_stack, wait_for
 
 
 @pytest.fixture(scope="module")

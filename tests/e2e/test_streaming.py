@@ -12,10 +12,9 @@ import time
 import httpx
 import openai
 import pytest
-
-from baton_tools.standins.server import configure_standin, reset_standin, run_standin
 from testbed import default_config_data, episode_of, first_question, running_stack, wait_for
 
+from baton_tools.standins.server import configure_standin, reset_standin, run_standin
 
 # The stand-in splits an answer into up to 32 chunks; this delay between them makes its stream last
 # seconds, long against the workflow's steps before it.

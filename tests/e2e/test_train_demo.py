@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from baton_tools.train_demo import run_train_demo
 
 

@@ -19,10 +19,10 @@ import openai
 import pyarrow.dataset as ds
 import pytest
 import yaml
-
-from baton_tools.stack import Stack
-from baton_tools.procs import free_port
 from testbed import MMLU_PRO, default_config_data
+
+from baton_tools.procs import free_port
+from baton_tools.stack import Stack
 
 pytestmark = pytest.mark.timeout(2400)
 

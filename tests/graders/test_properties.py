@@ -11,12 +11,11 @@ import importlib
 import pkgutil
 import time
 
-from baton.v1 import feedback_pb2, responses_pb2
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from baton.v1 import feedback_pb2, responses_pb2
 from baton_graders import EvalItem, EvalRegistry, Grade, GradingError, grade
 from baton_platform.messages import PoisonMessage, decode
 from baton_reward_logger.handlers import feedback_row_maker, response_row_maker

@@ -13,15 +13,13 @@ import time
 import uuid
 from pathlib import Path
 
-from baton.v1 import common_pb2, requests_pb2, responses_pb2
 from faststream import TestApp
+from testbed import config_for, ensure_topics, publish, sandbox_available, settle, tracer
 
-from testbed import sandbox_available
+from baton.v1 import common_pb2, requests_pb2, responses_pb2
 from baton_platform import topics
 from baton_reward_logger.main import create_app
-from testbed import config_for, ensure_topics, publish, settle, tracer
 from integration.test_reward_logger_kafka import rows
-
 
 SECRET = "baton-attack-secret-39f1"
 

@@ -23,7 +23,6 @@ from aiokafka.errors import KafkaError
 import baton_tools.kafka as harness
 from baton_tools.kafka import LocalKafka, acreate_topics, create_topics, ensure_kafka_libs, stop_pidfile
 
-
 FAST_GROUP = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
 
 

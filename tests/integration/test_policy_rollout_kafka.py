@@ -7,18 +7,17 @@ import random
 import uuid
 from argparse import Namespace
 
-from baton.v1 import common_pb2, requests_pb2, workflow_pb2
 from faststream import TestApp
-
-from baton_platform import topics
-from baton_router.main import create_app
-from baton_policy.fastpolicy import Episode, Policy
-from baton_trainer.store import PolicyStore, announce, update
-from baton_trainer.train_fast import rollback
-from baton_policy.workflows import single
-from baton_platform.config import load_config
 from testbed import Tap, ensure_topics, publish, tracer
 
+from baton.v1 import common_pb2, requests_pb2, workflow_pb2
+from baton_platform import topics
+from baton_platform.config import load_config
+from baton_policy.fastpolicy import Episode, Policy
+from baton_policy.workflows import single
+from baton_router.main import create_app
+from baton_trainer.store import PolicyStore, announce, update
+from baton_trainer.train_fast import rollback
 
 MODELS = ["gemini-1.5-pro-002", "gemini-1.5-flash-002", "Meta-Llama-3_1-70B-Instruct"]
 

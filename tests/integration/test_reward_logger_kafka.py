@@ -7,13 +7,12 @@ import uuid
 import fsspec
 import pyarrow.dataset as ds
 import pytest
-from baton.v1 import requests_pb2, responses_pb2
 from faststream import TestApp
+from testbed import config_for, ensure_topics, publish, settle, tracer
 
+from baton.v1 import requests_pb2, responses_pb2
 from baton_platform import topics
 from baton_reward_logger.main import create_app
-from testbed import config_for, ensure_topics, publish, settle, tracer
-from moto_s3 import s3_server, s3_url  # noqa: F401 - fixtures
 
 
 def rows(root: str):

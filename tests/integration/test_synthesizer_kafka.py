@@ -5,13 +5,13 @@ from __future__ import annotations
 import uuid
 
 from aiokafka import AIOKafkaProducer
-from baton.v1 import common_pb2, requests_pb2, responses_pb2, tasks_pb2, workflow_pb2
 from faststream import TestApp
+from testbed import Tap, completed, config_for, ensure_topics, planned_event, publish, tracer
 
+from baton.v1 import common_pb2, requests_pb2, responses_pb2, tasks_pb2, workflow_pb2
 from baton_platform import topics
 from baton_synthesizer.main import create_app
 from baton_workflow import Plan, to_proto
-from testbed import Tap, completed, config_for, ensure_topics, planned_event, publish, tracer
 
 
 async def test_a_restart_mid_workflow_resumes_without_rerunning_completed_steps(kafka_bootstrap, write_config):

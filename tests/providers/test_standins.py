@@ -23,7 +23,9 @@ BODY = {"model": "m", "messages": [{"role": "user", "content": "hello there"}]}
 async def test_sliding_window_rate_limit_and_counters():
     with run_standin("openai", rpm=2, window_s=0.5) as url:
         async with httpx.AsyncClient() as client:
-            post = lambda: client.post(f"{url}/chat/completions", json=BODY)  # noqa: E731
+            def post():
+                return client.post(f"{url}/chat/completions", json=BODY)
+
             first, second, third = [await post() for _ in range(3)]
 
             assert [r.status_code for r in (first, second, third)] == [200, 200, 429]

@@ -31,14 +31,14 @@ class FakeApiServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def do_GET(self):  # noqa: N802
+            def do_GET(self):  # noqa: N802 - http.server names its hooks so
                 url = urlparse(self.path)
                 api.requests.append(("GET", self.path))
                 selector = parse_qs(url.query).get("labelSelector", [""])[0]
                 items = [j for j in api.jobs if not selector or selector in j["metadata"]["labels"]]
                 self._send(200, {"apiVersion": "batch/v1", "kind": "JobList", "metadata": {}, "items": items})
 
-            def do_POST(self):  # noqa: N802
+            def do_POST(self):  # noqa: N802 - http.server names its hooks so
                 body = json.loads(self.rfile.read(int(self.headers["content-length"])))
                 api.requests.append(("POST", self.path))
                 if body.get("kind") != "Job" or not body["spec"]["template"]["spec"]["containers"]:

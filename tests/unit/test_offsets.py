@@ -51,8 +51,8 @@ async def test_a_commit_skipped_for_being_too_soon_is_made_while_the_consumer_is
     from types import SimpleNamespace
 
     from aiokafka import AIOKafkaConsumer
-    from baton.v1 import requests_pb2
 
+    from baton.v1 import requests_pb2
     from baton_platform.config import load_config
     from baton_platform.service import Service
     from baton_platform.telemetry import setup_tracing

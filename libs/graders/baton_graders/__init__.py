@@ -54,7 +54,7 @@ def grade(grader: str, answer: str, reference: str, **opts) -> Grade:
 
 
 from .evalsets import EVAL_METADATA_KEY, EvalItem, EvalRegistry, EvalSetError  # noqa: E402 - uses GRADERS
-from .isolation import IsolatedGrader  # noqa: E402
+from .isolation import IsolatedGrader  # noqa: E402 - uses grade()
 
 __all__ = [
     "EVAL_METADATA_KEY",

@@ -57,7 +57,9 @@ def _libc():
 
 
 def _mount(libc, source, target, fstype, flags, data=None):
-    enc = lambda v: v.encode() if isinstance(v, str) else v  # noqa: E731
+    def enc(v):
+        return v.encode() if isinstance(v, str) else v
+
     if libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)) != 0:
         err = ctypes.get_errno()
         raise SetupError(f"mount {target} (flags {flags:#x}): {os.strerror(err)}")
@@ -272,7 +274,7 @@ def _run_checks(namespace, cfg):
                 try:
                     check(namespace[names[0]])
                     passed += 1
-                except BaseException as exc:  # noqa: BLE001
+                except BaseException as exc:  # noqa: BLE001 - the candidate's code may raise anything, SystemExit included
                     failures.append(f"check({names[0]}): {_short_error(exc)}")
             else:
                 failures.append("tests define check() but no entry_point was given and it is ambiguous")
@@ -283,7 +285,7 @@ def _run_checks(namespace, cfg):
             try:
                 value()
                 passed += 1
-            except BaseException as exc:  # noqa: BLE001
+            except BaseException as exc:  # noqa: BLE001 - the candidate's code may raise anything, SystemExit included
                 failures.append(f"{name}: {_short_error(exc)}")
     cases = [
         v
@@ -372,7 +374,7 @@ def main():
     sys.modules["solution"] = module
     try:
         exec(candidate_code, module.__dict__)
-    except BaseException as exc:  # noqa: BLE001
+    except BaseException as exc:  # noqa: BLE001 - the candidate's code may raise anything, SystemExit included
         report(False, 0, f"candidate raised while loading: {_short_error(exc)}")
         return
     cfg["candidate_names"] = {
@@ -384,12 +386,12 @@ def main():
     namespace["__name__"] = "tests"
     try:
         exec(tests_code, namespace)
-    except BaseException as exc:  # noqa: BLE001
+    except BaseException as exc:  # noqa: BLE001 - the candidate's code may raise anything, SystemExit included
         report(False, 0, f"tests failed: {_short_error(exc)}")
         return
     try:
         passed, failures = _run_checks(namespace, cfg)
-    except BaseException as exc:  # noqa: BLE001
+    except BaseException as exc:  # noqa: BLE001 - the candidate's code may raise anything, SystemExit included
         report(False, 0, f"test harness error: {_short_error(exc)}")
         return
     if failures:

@@ -43,13 +43,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
-from baton.v1 import dead_letter_pb2
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
 from faststream import AckPolicy
 from faststream.kafka import KafkaBroker, KafkaMessage
 from faststream.kafka.annotations import KafkaMessage as CurrentMessage
 from google.protobuf.message import Message
 
+from baton.v1 import dead_letter_pb2
 from baton_platform import topics
 from baton_platform.config import KafkaConfig
 from baton_platform.kafka import consumer_options
@@ -100,7 +100,7 @@ class DeadLetters:
         self._on_dead_letter = on_dead_letter
 
     async def send(self, msg: KafkaMessage, reason: str) -> None:
-        raw = msg.raw_message
+        raw = kafka_record(msg)
         letter = dead_letter_pb2.DeadLetter(
             source_topic=raw.topic, partition=raw.partition, offset=raw.offset, key=raw.key or b"",
             value=raw.value or b"", reason=reason[:2000], service=self._service,
@@ -112,6 +112,13 @@ class DeadLetters:
 
 
 Hook = Callable[[set[TopicPartition]], Awaitable[None]]
+
+
+def kafka_record(msg: KafkaMessage) -> ConsumerRecord:
+    """The one record under a message (these subscribers never consume in batches)."""
+    raw = msg.raw_message
+    assert not isinstance(raw, tuple), "a batch subscriber"
+    return raw
 
 
 class Consumer(ConsumerRebalanceListener, Generic[M]):
@@ -210,7 +217,7 @@ class Consumer(ConsumerRebalanceListener, Generic[M]):
 
     async def consume(self, msg: KafkaMessage) -> None:
         """Handle one record (the subscriber calls this for each)."""
-        raw = msg.raw_message
+        raw = kafka_record(msg)
         record = Record(TopicPartition(raw.topic, raw.partition), raw.offset, raw.key or b"")
         if self.tracked:
             await self._assigned.wait()

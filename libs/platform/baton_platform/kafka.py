@@ -8,7 +8,7 @@ import ssl
 
 from faststream.kafka import KafkaBroker
 from faststream.kafka.opentelemetry import KafkaTelemetryMiddleware
-from faststream.security import SASLPlaintext, SASLScram256, SASLScram512, BaseSecurity
+from faststream.security import BaseSecurity, SASLPlaintext, SASLScram256, SASLScram512
 from opentelemetry.sdk.trace import TracerProvider
 
 from baton_platform.config import KafkaConfig

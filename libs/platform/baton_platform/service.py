@@ -3,6 +3,7 @@ HTTP endpoints."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from faststream.asgi import AsgiFastStream
@@ -36,7 +37,7 @@ class Service:
         self.dead_letters = DeadLetters(self.broker, self.name, on_dead_letter=lambda t: dlq_total.labels(t).inc())
 
     @classmethod
-    def create(cls, name: str, config: BatonConfig, tracer_provider: TracerProvider | None = None) -> "Service":
+    def create(cls, name: str, config: BatonConfig, tracer_provider: TracerProvider | None = None) -> Service:
         provider = tracer_provider if tracer_provider is not None else setup_tracing(name)
         broker = make_broker(config.kafka, client_id=name, tracer_provider=provider)
         return cls(name=name, config=config, broker=broker, tracer_provider=provider, registry=CollectorRegistry())
@@ -64,7 +65,7 @@ class Service:
     async def ready(self) -> str | None:
         return await broker_ready(self.broker)
 
-    def asgi_app(self, *, ready_checks: list[ReadyCheck] = (), on_startup=(), after_startup=(), on_shutdown=()) -> AsgiFastStream:
+    def asgi_app(self, *, ready_checks: Sequence[ReadyCheck] = (), on_startup=(), after_startup=(), on_shutdown=()) -> AsgiFastStream:
         """An ASGI app running the broker's subscribers plus /health/live, /health/ready and /metrics."""
         return AsgiFastStream(
             self.broker,

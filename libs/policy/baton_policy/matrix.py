@@ -80,7 +80,9 @@ class OutcomeMatrix:
 
     def subset(self, rows: Sequence[int] | np.ndarray) -> OutcomeMatrix:
         idx = np.asarray(rows, dtype=int)
-        pick = lambda xs: [xs[i] for i in idx]  # noqa: E731
+        def pick(xs):
+            return [xs[i] for i in idx]
+
         return OutcomeMatrix(
             sample_ids=pick(self.sample_ids),
             eval_names=pick(self.eval_names),
@@ -154,7 +156,9 @@ def from_rows(
         scores = np.nan_to_num(scores, nan=0.0)
     if (scores < 0).any() or (scores > 1).any():
         raise ValueError("model scores must lie in [0, 1]")
-    has = lambda fld: all(f"{mm}|{fld}" in header for mm in models)  # noqa: E731
+    def has(fld: str) -> bool:
+        return all(f"{mm}|{fld}" in header for mm in models)
+
     output_chars = None
     if has(COST_CHARS):
         output_chars = np.array([[_float(r[f"{mm}|{COST_CHARS}"]) for mm in models] for r in rows]).reshape(n, m)

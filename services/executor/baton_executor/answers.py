@@ -13,8 +13,8 @@ import json
 from typing import Any
 
 import jsonschema
-from baton.v1 import common_pb2, tasks_pb2
 
+from baton.v1 import common_pb2, tasks_pb2
 from baton_executor.providers.base import NO_SPEC, AnswerSpec, ProviderError, ProviderReply, ToolSpec
 
 # Provider finish reasons in OpenAI's words, which is what the client gets.

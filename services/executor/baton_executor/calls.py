@@ -4,20 +4,26 @@ from __future__ import annotations
 
 import time
 
-from baton.v1 import common_pb2, tasks_pb2, workflow_pb2
 from opentelemetry.trace import Tracer
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, stop_any, wait_random_exponential
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+    stop_any,
+    wait_random_exponential,
+)
 from tenacity.stop import stop_base
 
-from baton_platform.config import WorkerConfig
-from baton_workflow import turn
-
+from baton.v1 import common_pb2, tasks_pb2, workflow_pb2
 from baton_executor.answers import check_reply, finish_reason, logprobs_proto, spec_of, tool_calls_proto
 from baton_executor.deltas import DeltaBatcher
 from baton_executor.limits import WorkerLimits, estimate_tokens
 from baton_executor.metrics import ExecutorMetrics
 from baton_executor.providers.base import Provider, ProviderCall, ProviderError, ProviderReply
 from baton_executor.providers.sim import SimProvider
+from baton_platform.config import WorkerConfig
+from baton_workflow import turn
 
 
 def _retryable(e: BaseException) -> bool:

@@ -9,16 +9,15 @@ from faststream.asgi import AsgiFastStream
 from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
 from opentelemetry.sdk.trace import TracerProvider
 
-from baton_platform import topics
-from baton_platform.config import PROVIDERS, BatonConfig, load_config
-from baton_platform.http import serve
-from baton_platform.service import Service
-
 from baton_executor.calls import StepRunner
 from baton_executor.handlers import TaskConsumer
 from baton_executor.limits import WorkerLimits
 from baton_executor.metrics import ExecutorMetrics
 from baton_executor.providers.registry import build_workers
+from baton_platform import topics
+from baton_platform.config import PROVIDERS, BatonConfig, load_config
+from baton_platform.http import serve
+from baton_platform.service import Service
 
 
 def create_app(config: BatonConfig, provider: str, tracer_provider: TracerProvider | None = None) -> AsgiFastStream:

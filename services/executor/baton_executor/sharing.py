@@ -21,10 +21,9 @@ from collections.abc import Callable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from baton_executor.limits import Allocation, Member, WorkerLimits, allocate, partition_slots
 from baton_platform import topics
 from baton_platform.kafka import client_options
-
-from baton_executor.limits import Allocation, Member, WorkerLimits, allocate, partition_slots
 
 log = logging.getLogger(__name__)
 

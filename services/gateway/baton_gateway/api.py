@@ -6,11 +6,11 @@ import json
 import math
 import re
 import time
-from typing import Any, Literal
+from typing import Any
 
-from baton.v1 import common_pb2, feedback_pb2, responses_pb2
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from baton.v1 import common_pb2, feedback_pb2, responses_pb2
 from baton_gateway.params import INT32_MAX, ChatCompletionRequest, first_error, param_at, param_of
 
 DEFAULT_POLICY = "baton"

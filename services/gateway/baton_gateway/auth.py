@@ -21,13 +21,12 @@ import math
 import os
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
-
-from baton_platform.apikeys import hash_key, parse_key_entries
-from baton_platform.config import SCOPES, BatonConfig, ConfigError, TenantConfig
 
 from baton_gateway.api import ApiError
+from baton_platform.apikeys import hash_key, parse_key_entries
+from baton_platform.config import SCOPES, BatonConfig, ConfigError, TenantConfig
 
 ANONYMOUS = "anonymous"  # the tenant of every call when gateway.auth is 'none'
 

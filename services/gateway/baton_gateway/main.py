@@ -7,7 +7,6 @@ import contextlib
 import time
 import uuid
 
-from baton.v1 import feedback_pb2, policy_pb2, requests_pb2, responses_pb2
 from opentelemetry import propagate, trace
 from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client import Counter, Gauge, Histogram
@@ -17,20 +16,30 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from baton_platform import topics
-from baton_platform.config import BatonConfig, ConfigError, load_config
-from baton_platform.consumer import Record
-from baton_platform.http import live_endpoint, metrics_endpoint, ready_endpoint, serve
-from baton_platform.service import Service
-
-from baton_gateway.api import (DEFAULT_POLICY, EVAL_SCOPE, ApiError, budget_from, completion_body,
-                               opening_chunk, parse_chat_request, parse_feedback, sse, summary_header,
-                               wants_eval)
+from baton.v1 import feedback_pb2, policy_pb2, requests_pb2, responses_pb2
+from baton_gateway.api import (
+    DEFAULT_POLICY,
+    EVAL_SCOPE,
+    ApiError,
+    budget_from,
+    completion_body,
+    opening_chunk,
+    parse_chat_request,
+    parse_feedback,
+    sse,
+    summary_header,
+    wants_eval,
+)
 from baton_gateway.auth import Gatekeeper
 from baton_gateway.openapi import openapi_document
 from baton_gateway.params import answer_options, messages_proto
 from baton_gateway.replies import INTERIM, Replies
 from baton_gateway.streaming import ClosingStreamingResponse, StreamedAnswer, closing_chunks, content_chunk
+from baton_platform import topics
+from baton_platform.config import BatonConfig, ConfigError, load_config
+from baton_platform.consumer import Record
+from baton_platform.http import live_endpoint, metrics_endpoint, ready_endpoint, serve
+from baton_platform.service import Service
 
 SERVICE_NAME = "baton-gateway"
 # Workflow errors that mean time ran out: 504, as a gateway answers for a slow upstream; others 502.
@@ -177,7 +186,7 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
     async def next_response(request_id: str, waiter: asyncio.Queue, deadline: float) -> responses_pb2.Response:
         try:
             return await asyncio.wait_for(waiter.get(), max(0.0, deadline - time.monotonic()))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             replies.abandon(request_id)
             raise ApiError(504, f"no answer within {gw.request_timeout_s:g} s (request {request_id})",
                            type="server_error", code="timeout") from None
@@ -272,7 +281,8 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
             schemas[key] = openapi_document(key)
         return JSONResponse(schemas[key])
 
-    async def http_error(request: Request, exc: HTTPException) -> Response:
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)  # registered for HTTPException only
         # OpenAI's shape for an unknown path or method too, so every error a client sees parses alike.
         message = f"Invalid URL ({request.method} {request.url.path})" if exc.status_code == 404 else exc.detail
         return JSONResponse(ApiError(exc.status_code, message).body(), status_code=exc.status_code,

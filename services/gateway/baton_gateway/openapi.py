@@ -83,7 +83,9 @@ def openapi_document(models: set[str] | frozenset[str] = frozenset({DEFAULT_POLI
         "type": "object", "required": ["object", "response_id", "accepted"],
         "properties": {"object": {"const": "feedback"}, "response_id": {"type": "string"},
                        "accepted": {"const": True}}}
-    ref = lambda name: {"$ref": _REF.format(model=name)}  # noqa: E731
+    def ref(name: str) -> dict:
+        return {"$ref": _REF.format(model=name)}
+
     public: dict[str, list] = {"security": []}
     health = {"get": {**public, "responses": {
         "200": _json("Healthy.", {"type": "object"}), "503": _json("Not ready.", {"type": "object"})}}}

@@ -14,8 +14,9 @@ import re
 from typing import Annotated, Any, Literal
 
 import jsonschema
-from baton.v1 import common_pb2
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from baton.v1 import common_pb2
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
@@ -202,7 +203,7 @@ class ChatCompletionRequest(BaseModel):
         return {k: v for k, v in data.items() if v is not None and k not in REFUSED}
 
     @model_validator(mode="after")
-    def _consistent(self) -> "ChatCompletionRequest":
+    def _consistent(self) -> ChatCompletionRequest:
         if not self.messages:
             raise ValueError("messages must hold at least one message")
         if not any(m.role == "user" and _VISIBLE.search(m.text()) for m in self.messages):

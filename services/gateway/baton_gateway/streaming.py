@@ -20,9 +20,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from baton.v1 import responses_pb2
 from starlette.responses import StreamingResponse
 
+from baton.v1 import responses_pb2
 from baton_gateway.api import finish_reason, logprobs_body, tool_calls_body, usage_body
 
 

@@ -22,13 +22,12 @@ from pathlib import Path
 import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
-from baton.v1 import feedback_pb2, responses_pb2
 from fsspec.implementations.local import LocalFileSystem
 from google.protobuf.json_format import MessageToDict
 
-from baton_workflow import policy_query
-
+from baton.v1 import feedback_pb2, responses_pb2
 from baton_reward_logger.rewards import Reward
+from baton_workflow import policy_query
 
 STEP = pa.struct([
     ("step", pa.int32()), ("worker", pa.string()), ("model", pa.string()), ("attempt", pa.int32()),
@@ -119,7 +118,7 @@ class DatasetWriter:
     def write(self, partition: int, records: list[Record]) -> str:
         """Durably write one partition's contiguous run of records; return the file's path or URL."""
         first, last = records[0].offset, records[-1].offset
-        day = dt.datetime.fromtimestamp(records[0].stamp_ms / 1000, dt.timezone.utc).date().isoformat()
+        day = dt.datetime.fromtimestamp(records[0].stamp_ms / 1000, dt.UTC).date().isoformat()
         final = f"{self.root}/date={day}/{self.topic}-p{partition}-{first:012d}-{last:012d}.parquet"
         table = pa.Table.from_pylist([r.row for r in records], schema=self.schema)
         if self.local:

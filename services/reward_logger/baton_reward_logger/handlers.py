@@ -14,14 +14,13 @@ from collections.abc import Awaitable, Callable
 
 import pyarrow as pa
 from aiokafka import TopicPartition
-from baton.v1 import feedback_pb2, responses_pb2, rewards_pb2
 from google.protobuf.message import Message
 from prometheus_client import Counter
 
+from baton.v1 import feedback_pb2, responses_pb2, rewards_pb2
 from baton_platform import consumer, topics
 from baton_platform.messages import PoisonMessage
 from baton_platform.service import Service
-
 from baton_reward_logger.episodes import DatasetWriter, Record
 
 log = logging.getLogger(__name__)

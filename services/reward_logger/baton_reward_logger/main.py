@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from faststream.asgi import AsgiFastStream
-from baton.v1 import feedback_pb2, responses_pb2
-from baton_graders import EvalRegistry, IsolatedGrader
 from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client import Counter
 
+from baton.v1 import feedback_pb2, responses_pb2
+from baton_graders import EvalRegistry, IsolatedGrader
 from baton_platform import topics
 from baton_platform.config import BatonConfig, load_config
 from baton_platform.http import serve
 from baton_platform.service import Service
-
 from baton_reward_logger.episodes import EPISODE_SCHEMA, FEEDBACK_SCHEMA, DatasetWriter
 from baton_reward_logger.handlers import Sink, feedback_row_maker, response_row_maker, reward_publisher
 

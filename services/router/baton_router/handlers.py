@@ -6,17 +6,16 @@ from __future__ import annotations
 import logging
 import time
 
-from baton.v1 import policy_pb2, requests_pb2, workflow_pb2
 from prometheus_client import Counter, Histogram
 
+from baton.v1 import policy_pb2, requests_pb2, workflow_pb2
 from baton_platform import topics
 from baton_platform.consumer import Record
 from baton_platform.messages import PoisonMessage
-from baton_workflow import CONDUCTOR
 from baton_platform.service import Service
-
 from baton_router.exploration import candidates, explores
 from baton_router.planning import Planner
+from baton_workflow import CONDUCTOR
 
 log = logging.getLogger(__name__)
 

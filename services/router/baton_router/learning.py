@@ -7,9 +7,9 @@ it had learned from the retained log.
 
 from __future__ import annotations
 
-from baton.v1 import rewards_pb2
 from prometheus_client import Counter
 
+from baton.v1 import rewards_pb2
 from baton_platform import topics
 from baton_platform.consumer import Record
 from baton_platform.service import Service

@@ -11,7 +11,6 @@ from opentelemetry.sdk.trace import TracerProvider
 from baton_platform.config import BatonConfig, load_config
 from baton_platform.http import serve
 from baton_platform.service import Service
-
 from baton_router.conductor import build_backend
 from baton_router.handlers import register
 from baton_router.learning import register_rewards

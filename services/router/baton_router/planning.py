@@ -7,11 +7,9 @@ from dataclasses import dataclass
 
 from baton.v1 import requests_pb2, workflow_pb2
 from baton_platform.config import BatonConfig
-from baton_workflow import CONDUCTOR
-from baton_workflow import Plan, plan_problems, to_proto
-
 from baton_router.conductor import ConductorBackend, ConductorOutputError
 from baton_router.conductor.base import KEEP
+from baton_workflow import CONDUCTOR, Plan, plan_problems, to_proto
 
 log = logging.getLogger(__name__)
 

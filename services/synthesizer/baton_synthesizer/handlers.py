@@ -19,17 +19,16 @@ import contextlib
 import logging
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from baton.v1 import feedback_pb2, requests_pb2, responses_pb2, tasks_pb2, workflow_pb2
 from opentelemetry import context as otel_context
 from prometheus_client import Counter, Gauge
 
+from baton.v1 import feedback_pb2, requests_pb2, responses_pb2, tasks_pb2, workflow_pb2
 from baton_platform import topics
 from baton_platform.config import PROVIDERS
 from baton_platform.consumer import Record
 from baton_platform.kafka import client_options, read_since
 from baton_platform.messages import PoisonMessage
 from baton_platform.service import Service
-
 from baton_synthesizer.workflows import Action, Dispatch, Finish, Notify, Rate, Replan, Return, Run, Workflows
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,6 @@ from opentelemetry.sdk.trace import TracerProvider
 from baton_platform.config import BatonConfig, load_config
 from baton_platform.http import serve
 from baton_platform.service import Service
-
 from baton_synthesizer.handlers import SynthesizerWiring
 from baton_synthesizer.workflows import Workflows
 

@@ -28,10 +28,8 @@ from typing import Any
 
 from baton.v1 import common_pb2, feedback_pb2, requests_pb2, responses_pb2, tasks_pb2, workflow_pb2
 from baton_platform.config import BatonConfig
-from baton_workflow import CONDUCTOR
-from baton_workflow import Plan, from_proto, query_text, readable_steps, ready_steps, step_messages, turn
-
 from baton_synthesizer.judge import best, judge_messages, parse_scores
+from baton_workflow import CONDUCTOR, Plan, from_proto, query_text, readable_steps, ready_steps, step_messages, turn
 
 
 @dataclass(frozen=True)
