@@ -66,6 +66,8 @@ def summarise(records: list[list], duration_s: float) -> dict:
         "sent": len(measured),
         "ok": len(ok),
         "errors": dict(errors),
+        # Refused at once by admission control (429 with Retry-After): shed, not lost.
+        "shed": errors.get("429", 0),
         "achieved_rps": round(len(ok) / duration_s, 2),
         "p50_ms": pct(ok, 50), "p95_ms": pct(ok, 95), "p99_ms": pct(ok, 99),
         "max_ms": round(ok[-1], 2) if ok else None,

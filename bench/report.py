@@ -203,13 +203,13 @@ def _throughput(data: dict, results: Path, plt) -> list[str]:
         f"**Max sustained: {_fmt(data['max_sustained_rps'], 0)} workflows/s** "
         f"(achieved {_fmt(data['achieved_rps_at_max'])} answered/s in that step); stopped by: {data['stopped_by']}.",
         "",
-        "| offered/s | sent | answered | achieved/s | p50 ms | p95 ms | p99 ms | max ms | send lag p99 ms | verdict |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|:--|",
+        "| offered/s | sent | answered | shed (429) | achieved/s | p50 ms | p95 ms | p99 ms | max ms | send lag p99 ms | verdict |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:--|",
     ]
     for st in data["steps"]:
         s = st["summary"]
         again = " (2nd)" if st.get("attempt", 1) > 1 else ""
-        lines.append(f"| {_fmt(st['offered_rps'], 0)}{again} | {s['sent']} | {s['ok']} | {_fmt(s['achieved_rps'])} | "
+        lines.append(f"| {_fmt(st['offered_rps'], 0)}{again} | {s['sent']} | {s['ok']} | {s.get('shed', 0)} | {_fmt(s['achieved_rps'])} | "
                      f"{_fmt(s['p50_ms'])} | {_fmt(s['p95_ms'])} | {_fmt(s['p99_ms'])} | {_fmt(s['max_ms'])} | "
                      f"{_fmt(s['lag_p99_ms'])} | {st['verdict']}: {st['why']} |")
     lines += ["", "Share of one core used by each process during each step (a Python service near 1.0 is "

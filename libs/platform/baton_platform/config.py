@@ -317,6 +317,10 @@ class GatewayConfig(_HttpService):
     request_timeout_s: float = Field(default=120.0, gt=0)
     max_body_bytes: int = Field(default=1_000_000, gt=0)
     max_messages: int = Field(default=256, gt=0)
+    max_waiting: int = Field(
+        default=2000, gt=0,
+        description="Requests one replica holds waiting for answers. Past it a new request gets 429 with "
+        "Retry-After at once (shed, not queued until its deadline).")
     auth: Literal["keys", "none"] = Field(
         default="keys",
         description="'keys': every call needs a tenant's API key (see `tenants`); 'none': anyone who reaches the "

@@ -17,6 +17,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from baton.v1 import feedback_pb2, policy_pb2, requests_pb2, responses_pb2
+from baton_gateway.admission import Admission
 from baton_gateway.api import (
     DEFAULT_POLICY,
     EVAL_SCOPE,
@@ -74,10 +75,16 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
         tenant_cost.labels(tenant)
     Gauge("baton_gateway_waiting", "Requests waiting for an answer", registry=registry).set_function(
         lambda: replies.waiting)
+    admission = Admission(gw.max_waiting)
+    shed = Counter("baton_gateway_shed", "Requests refused (429) because the replica was at capacity",
+                   registry=registry)
 
     async def on_response(response: responses_pb2.Response, record: Record) -> None:
         if response.WhichOneof("outcome") not in INTERIM:
             settle(response)
+            if replies.deliver(response):
+                admission.answered()
+            return
         replies.deliver(response)
 
     # Each replica reads its share of the partitions, from their end: a reply is only ever for a
@@ -127,6 +134,12 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
             principal = None
             try:
                 principal = authorize(request, "chat")
+                # Before the body is read: shedding must cost next to nothing.
+                try:
+                    admission.admit(replies.waiting)
+                except ApiError:
+                    shed.inc()
+                    raise
                 req = parse_chat_request(await read_body(request), set(gate.visible_models(principal, models)))
                 if wants_eval(req.metadata):
                     gate.require(principal, EVAL_SCOPE)
