@@ -35,10 +35,16 @@ def register(service: Service, planner: Planner, backend=None) -> None:
     latency = Histogram("baton_planning_seconds", "Time to plan one request", registry=service.registry)
     tracer = service.tracer_provider.get_tracer("baton.router")
     workflow = service.publisher(topics.WORKFLOW, workflow_pb2.WorkflowEvent, "Plans, and inner calls' kept answers.")
+    expired = Counter("baton_router_expired", "Requests not planned: their deadline had passed", registry=service.registry)
 
     async def plan_request(request: requests_pb2.ChatRequest, record: Record) -> None:
         if not request.request_id:
             raise PoisonMessage("ChatRequest without request_id")
+        if request.deadline_unix_ms and time.time() * 1000 > request.deadline_unix_ms:
+            # Its client already has its 504 (the gateway answers at the deadline): planning it would
+            # spend the conductor on an answer nobody waits for, and lengthen a backlog's drain.
+            expired.inc()
+            return
         inner = request.HasField("parent")
         explore = not inner and explores(request.request_id, service.config.router.explore_share)
         group = candidates(request, service.config.router.explore_group_size) if explore else [request]
