@@ -119,7 +119,8 @@ async def ensure_topics(bootstrap: str, partitions: int = 4) -> None:
     from baton_platform import topics
     from baton_tools.kafka import acreate_topics
 
-    counts, configs = topics.topic_plan(partitions, ["sim"])
+    # Every provider the default configuration names (a test may serve a local model's worker).
+    counts, configs = topics.topic_plan(partitions, ["sim", "openai_compatible"])
     await acreate_topics(bootstrap, counts, config=configs)
 
 
@@ -134,14 +135,14 @@ def config_for(write_config, bootstrap: str, **sections):
     return load_config(write_config({"kafka": kafka_section(bootstrap), **sections}))
 
 
-async def publish(bootstrap: str, topic: str, key: str, value: bytes) -> None:
+async def publish(bootstrap: str, topic: str, key: str, value: bytes, partition: int | None = None) -> None:
     """Write one record as another service would."""
     from aiokafka import AIOKafkaProducer
 
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
     await producer.start()
     try:
-        await producer.send_and_wait(topic, value, key=key.encode())
+        await producer.send_and_wait(topic, value, key=key.encode(), partition=partition)
     finally:
         await producer.stop()
 
@@ -238,27 +239,59 @@ class Bus:
 
     @contextlib.asynccontextmanager
     async def running(self, app, *tapped: str):
-        """Run `app` (a service's AsgiFastStream) with a Tap on each of `tapped`; yields the taps by topic."""
+        """Run `app` (a service's AsgiFastStream, or the gateway's Starlette app) with a Tap on each of
+        `tapped`; yields the taps by topic once the app's consumers own their partitions."""
         from faststream import TestApp
         from faststream.kafka import TestKafkaBroker
 
+        broker = broker_of(app)
         async with contextlib.AsyncExitStack() as stack:
             if self.bootstrap is not None:
                 await ensure_topics(self.bootstrap)
             taps = {t: await stack.enter_async_context(Tap(self.bootstrap, t)) for t in tapped}
             if self.bootstrap is None:
                 for tap in taps.values():
-                    app.broker.subscriber(tap.topic)(_keeper(tap))
-                await stack.enter_async_context(TestKafkaBroker(app.broker))
-            await stack.enter_async_context(TestApp(app))
+                    broker.subscriber(tap.topic)(_keeper(tap))
+                await stack.enter_async_context(TestKafkaBroker(broker))
+            if hasattr(app, "broker"):
+                await stack.enter_async_context(TestApp(app))
+            else:
+                await stack.enter_async_context(app.router.lifespan_context(app))
+            if self.bootstrap is not None:
+                await _positioned(broker)
             yield taps
 
-    async def publish(self, app, topic: str, key: str, value: bytes) -> None:
+    async def publish(self, app, topic: str, key: str, value: bytes, partition: int | None = None) -> None:
         """Write a record as another service would."""
         if self.bootstrap is None:
-            await app.broker.publish(value, topic, key=key.encode())
+            await broker_of(app).publish(value, topic, key=key.encode(), partition=partition)
         else:
-            await publish(self.bootstrap, topic, key, value)
+            await publish(self.bootstrap, topic, key, value, partition)
+
+
+def broker_of(app):
+    """The broker of a service's AsgiFastStream, or of the gateway's Starlette app."""
+    return app.broker if hasattr(app, "broker") else app.state.service.broker
+
+
+async def _positioned(broker, timeout: float = 30.0) -> None:
+    """Wait until every Kafka consumer of `broker` has partitions and a position in each: a record
+    published after this is read (a consumer reading from the end would otherwise miss it)."""
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer
+
+    for subscriber in broker.subscribers:
+        consumer = getattr(subscriber, "consumer", None)
+        if not isinstance(consumer, AIOKafkaConsumer):
+            continue
+        deadline = time.monotonic() + timeout
+        while not consumer.assignment():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no partition of {sorted(consumer.subscription())} assigned in {timeout} s")
+            await asyncio.sleep(0.1)
+        for tp in consumer.assignment():
+            await consumer.position(tp)
 
 
 def _keeper(tap: Tap):
