@@ -252,6 +252,7 @@ class Bus:
             if self.bootstrap is None:
                 for tap in taps.values():
                     broker.subscriber(tap.topic)(_keeper(tap))
+                stack.enter_context(_offsets_in_order())
                 await stack.enter_async_context(TestKafkaBroker(broker))
             if hasattr(app, "broker"):
                 await stack.enter_async_context(TestApp(app))
@@ -267,6 +268,27 @@ class Bus:
             await broker_of(app).publish(value, topic, key=key.encode(), partition=partition)
         else:
             await publish(self.bootstrap, topic, key, value, partition)
+
+
+@contextlib.contextmanager
+def _offsets_in_order():
+    """Give FastStream's in-memory records the offsets Kafka would (0, 1, 2... per partition) instead
+    of 0 for all: services name files and commit by offset."""
+    import dataclasses
+    from itertools import count
+    from unittest import mock
+
+    from faststream.kafka import testing
+
+    build = testing.build_message
+    offsets: dict[tuple[str, int], count] = {}
+
+    async def build_in_order(*args, **kwargs):
+        record = await build(*args, **kwargs)
+        return dataclasses.replace(record, offset=next(offsets.setdefault((record.topic, record.partition), count())))
+
+    with mock.patch.object(testing, "build_message", build_in_order):
+        yield
 
 
 def broker_of(app):
