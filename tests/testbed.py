@@ -228,6 +228,7 @@ class Bus:
 
     def __init__(self, kind: str, write_config, bootstrap: str | None) -> None:
         self.kind, self._write_config, self.bootstrap = kind, write_config, bootstrap
+        self.config_path: Path | None = None
 
     def config(self, data: dict | None = None, **sections):
         """The test configuration, on this bus's broker."""
@@ -235,7 +236,8 @@ class Bus:
 
         if self.bootstrap is not None:
             sections["kafka"] = kafka_section(self.bootstrap)
-        return load_config(self._write_config(sections, data=data))
+        self.config_path = self._write_config(sections, data=data)  # for a CLI the test runs
+        return load_config(self.config_path)
 
     @contextlib.asynccontextmanager
     async def running(self, app, *tapped: str):
