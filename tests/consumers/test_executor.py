@@ -1,18 +1,25 @@
 """The executor's task consumer, each scenario run in memory and on the real broker: a sim task in,
 a StepCompleted out; redeliveries run once; a worker it does not serve fails the step clearly; a
 streaming request's answering task sends its text to baton.responses as Delta responses (on the
-request's reply partition) before the step's result."""
+request's reply partition) before the step's result; a result the broker refuses is sent again, and
+an unexpected error ends the step, before the partition commits past the task."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
 
+import pytest
+from aiokafka import TopicPartition
 from testbed import default_config_data, first_question
 
+import baton_executor.main as executor
 from baton.v1 import common_pb2, responses_pb2, tasks_pb2, workflow_pb2
+from baton_executor.calls import StepRunner
+from baton_executor.handlers import TaskConsumer
 from baton_executor.main import create_app
 from baton_platform import topics
+from baton_platform.consumer import Publisher
 from baton_platform.telemetry import setup_tracing
 from baton_tools.standins.server import run_standin
 
@@ -102,3 +109,72 @@ async def test_a_streaming_task_on_a_provider_that_does_not_stream_sends_one_del
 async def test_a_task_that_does_not_stream_sends_no_delta(bus):
     deltas, result = await run_task(bus, "sim", sim_task(uuid.uuid4().hex, "q", stream=False))
     assert deltas == [] and result.WhichOneof("event") in ("step_completed", "step_failed")
+
+
+@pytest.fixture
+def task_consumers(monkeypatch) -> list[TaskConsumer]:
+    """The TaskConsumers the executor apps of a test make, to read their bookkeeping."""
+    made: list[TaskConsumer] = []
+
+    class Kept(TaskConsumer):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            self.publish_retry_s = 0.01
+            made.append(self)
+
+    monkeypatch.setattr(executor, "TaskConsumer", Kept)
+    return made
+
+
+async def committed_past(c: TaskConsumer, record, timeout: float = 5.0) -> bool:
+    """Whether the task's partition commits past its record (within the timeout)."""
+    tp = TopicPartition(record.topic, record.partition)
+    for _ in range(int(timeout / 0.02)):
+        if c.tracker.committable().get(tp) == record.offset + 1:
+            return True
+        await asyncio.sleep(0.02)
+    return False
+
+
+async def test_a_result_the_broker_refuses_is_published_again_and_then_committed(bus, task_consumers, monkeypatch):
+    app = create_app(bus.config(), "sim", tracer_provider=setup_tracing("t", set_global=False))
+    (c,) = task_consumers
+    refusals = [ConnectionError("broker away")] * 3
+    send = Publisher.send
+
+    async def refusing(publisher, message, **kwargs):
+        if publisher.topic == topics.WORKFLOW and refusals:
+            raise refusals.pop()
+        return await send(publisher, message, **kwargs)
+
+    monkeypatch.setattr(Publisher, "send", refusing)
+    rid = uuid.uuid4().hex
+    async with bus.running(app, topics.tasks_topic("sim"), topics.WORKFLOW) as seen:
+        await bus.publish(app, topics.tasks_topic("sim"), rid, sim_task(rid, first_question()["prompt"], False)
+                          .SerializeToString())
+        (record,) = await seen[topics.tasks_topic("sim")].wait(lambda r: r.key == rid.encode())
+        published = await seen[topics.WORKFLOW].wait(lambda r: r.key == rid.encode())
+        assert published, "the result is retried until the broker takes it"
+        assert await committed_past(c, record), "the partition's commits move on"
+        assert f"{rid}:0:1" in c.done and not c.running
+    assert refusals == []
+    (result,) = published
+    assert workflow_pb2.WorkflowEvent.FromString(result.value).step_completed.task_id == f"{rid}:0:1"
+
+
+async def test_an_unexpected_executor_error_ends_the_step_instead_of_holding_the_partition(bus, task_consumers,
+                                                                                          monkeypatch):
+    async def broken(runner, task, deltas=None):
+        raise RuntimeError("bug")
+
+    monkeypatch.setattr(StepRunner, "run", broken)
+    app = create_app(bus.config(), "sim", tracer_provider=setup_tracing("t", set_global=False))
+    (c,) = task_consumers
+    rid = uuid.uuid4().hex
+    async with bus.running(app, topics.tasks_topic("sim"), topics.WORKFLOW) as seen:
+        await bus.publish(app, topics.tasks_topic("sim"), rid, sim_task(rid, "q", False).SerializeToString())
+        (record,) = await seen[topics.tasks_topic("sim")].wait(lambda r: r.key == rid.encode())
+        (result,) = await seen[topics.WORKFLOW].wait(lambda r: r.key == rid.encode())
+        assert await committed_past(c, record)
+    failed = workflow_pb2.WorkflowEvent.FromString(result.value).step_failed
+    assert failed.error.code == "executor_error" and not failed.retryable
