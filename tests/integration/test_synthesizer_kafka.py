@@ -1,4 +1,6 @@
-"""The synthesizer's handlers on a real broker, including a restart in the middle of a workflow."""
+"""The synthesizer on a real broker across restarts: each scenario needs a partition re-read from the
+group's committed offsets, which the in-memory broker does not keep (its consumer scenarios run on
+both brokers in tests/consumers/test_synthesizer.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from baton_synthesizer.main import create_app
 from baton_workflow import Plan, to_proto
 
 
+# Real broker only: the new instance re-reads the partition from the group's committed offsets.
 async def test_a_restart_mid_workflow_resumes_without_rerunning_completed_steps(kafka_bootstrap, write_config):
     await ensure_topics(kafka_bootstrap)
     config = config_for(write_config, kafka_bootstrap)
@@ -43,6 +46,7 @@ async def test_a_restart_mid_workflow_resumes_without_rerunning_completed_steps(
     assert response.answer == "FINAL" and [s.output for s in response.episode.steps] == ["DRAFT-OUTPUT", "FINAL"]
 
 
+# Real broker only: the new instance re-reads the partition from the group's committed offsets.
 async def test_a_restart_while_a_conductor_step_runs_resends_its_inner_request_and_takes_its_result(
         kafka_bootstrap, write_config):
     await ensure_topics(kafka_bootstrap)
@@ -79,6 +83,7 @@ async def test_a_restart_while_a_conductor_step_runs_resends_its_inner_request_a
     assert response.episode.steps[1].HasField("inner_plan")
 
 
+# Real broker only: the new instance re-reads the partition from the group's committed offsets.
 async def test_a_restart_while_the_judge_scores_resends_the_judge_task_and_answers_with_the_best(
         kafka_bootstrap, write_config):
     await ensure_topics(kafka_bootstrap)
@@ -120,6 +125,7 @@ async def test_a_restart_while_the_judge_scores_resends_the_judge_task_and_answe
     assert sorted(r.key for r in rates) == sorted([gid.encode(), f"{gid}.1".encode()])
 
 
+# Real broker only: the new instance re-reads the partition from the group's committed offsets.
 async def test_a_workflow_answered_just_before_a_crash_is_not_answered_again(kafka_bootstrap, write_config):
     await ensure_topics(kafka_bootstrap)
     config = config_for(write_config, kafka_bootstrap)
