@@ -70,6 +70,19 @@ def episode_of(dataset_dir: Path, request_id: str) -> dict | None:
     return next((r for r in rows if r["request_id"] == request_id), None)
 
 
+def dataset_rows(root: str) -> list[dict]:
+    """Every row of the parquet dataset at `root` (a directory or a URL), as the reward logger wrote it."""
+    import fsspec
+    import pyarrow.dataset as ds
+
+    fs, path = fsspec.core.url_to_fs(root)
+    files = [f for f in fs.find(path, refresh=True) if f.endswith(".parquet") and "/." not in f]
+    if not files:
+        return []
+    return ds.dataset(files, filesystem=fs, format="parquet", partitioning="hive",
+                      partition_base_dir=path).to_table().to_pylist()
+
+
 def sandbox_available() -> bool:
     """Whether this machine can build the code grader's sandbox (root and util-linux)."""
     from baton_graders.code import SandboxUnavailable, _sandbox_tools

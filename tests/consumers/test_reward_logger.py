@@ -7,34 +7,23 @@ from __future__ import annotations
 import time
 import uuid
 
-import fsspec
-import pyarrow.dataset as ds
 import pytest
 from faststream import TestApp
-from testbed import config_for, ensure_topics, publish, settle, tracer
+from testbed import config_for, dataset_rows, ensure_topics, publish, settle, tracer
 
 from baton.v1 import requests_pb2, responses_pb2
 from baton_platform import topics
 from baton_reward_logger.main import create_app
 
 
-def rows(root: str):
-    fs, path = fsspec.core.url_to_fs(root)
-    files = [f for f in fs.find(path, refresh=True) if f.endswith(".parquet") and "/." not in f]
-    if not files:
-        return []
-    return ds.dataset(files, filesystem=fs, format="parquet", partitioning="hive",
-                      partition_base_dir=path).to_table().to_pylist()
-
-
 async def wait_rows(root, ids, timeout=20):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        found = [r for r in rows(root) if r["request_id"] in ids]
+        found = [r for r in dataset_rows(root) if r["request_id"] in ids]
         if len(found) >= len(ids):
             return found
         await settle(0.3)
-    return [r for r in rows(root) if r["request_id"] in ids]
+    return [r for r in dataset_rows(root) if r["request_id"] in ids]
 
 
 def response(rid: str, with_request: bool = True) -> bytes:
@@ -64,7 +53,7 @@ async def test_each_response_becomes_one_row(bus, data_dir):
             await bus.publish(app, topics.RESPONSES, rid, response(rid, with_request=i != 2))
         assert len(await wait_rows(f"{data_dir}/episodes", set(ids))) == 3
         await settle(1.5)
-    found = [r for r in rows(f"{data_dir}/episodes") if r["request_id"] in ids]
+    found = [r for r in dataset_rows(f"{data_dir}/episodes") if r["request_id"] in ids]
     assert sorted(r["request_id"] for r in found) == sorted(ids), "every response once, none twice"
     assert {r["answer"] for r in found} == {f"answer {i}" for i in ids}
 
@@ -83,6 +72,6 @@ async def test_each_response_is_written_once_across_restarts(kafka_bootstrap, wr
     async with TestApp(create_app(config, tracer_provider=tracer())):
         found = await wait_rows(f"{data_dir}/episodes", set(ids))
         await settle(1.5)
-    found = [r for r in rows(f"{data_dir}/episodes") if r["request_id"] in ids]
+    found = [r for r in dataset_rows(f"{data_dir}/episodes") if r["request_id"] in ids]
     assert sorted(r["request_id"] for r in found) == sorted(ids), "every response once, none twice"
     assert {r["answer"] for r in found} == {f"answer {i}" for i in ids}
