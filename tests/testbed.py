@@ -70,6 +70,19 @@ def episode_of(dataset_dir: Path, request_id: str) -> dict | None:
     return next((r for r in rows if r["request_id"] == request_id), None)
 
 
+def dataset_rows(root: str) -> list[dict]:
+    """Every row of the parquet dataset at `root` (a directory or a URL), as the reward logger wrote it."""
+    import fsspec
+    import pyarrow.dataset as ds
+
+    fs, path = fsspec.core.url_to_fs(root)
+    files = [f for f in fs.find(path, refresh=True) if f.endswith(".parquet") and "/." not in f]
+    if not files:
+        return []
+    return ds.dataset(files, filesystem=fs, format="parquet", partitioning="hive",
+                      partition_base_dir=path).to_table().to_pylist()
+
+
 def sandbox_available() -> bool:
     """Whether this machine can build the code grader's sandbox (root and util-linux)."""
     from baton_graders.code import SandboxUnavailable, _sandbox_tools
@@ -119,7 +132,8 @@ async def ensure_topics(bootstrap: str, partitions: int = 4) -> None:
     from baton_platform import topics
     from baton_tools.kafka import acreate_topics
 
-    counts, configs = topics.topic_plan(partitions, ["sim"])
+    # Every provider the default configuration names (a test may serve a local model's worker).
+    counts, configs = topics.topic_plan(partitions, ["sim", "openai_compatible"])
     await acreate_topics(bootstrap, counts, config=configs)
 
 
@@ -134,14 +148,14 @@ def config_for(write_config, bootstrap: str, **sections):
     return load_config(write_config({"kafka": kafka_section(bootstrap), **sections}))
 
 
-async def publish(bootstrap: str, topic: str, key: str, value: bytes) -> None:
+async def publish(bootstrap: str, topic: str, key: str, value: bytes, partition: int | None = None) -> None:
     """Write one record as another service would."""
     from aiokafka import AIOKafkaProducer
 
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
     await producer.start()
     try:
-        await producer.send_and_wait(topic, value, key=key.encode())
+        await producer.send_and_wait(topic, value, key=key.encode(), partition=partition)
     finally:
         await producer.stop()
 
@@ -227,6 +241,7 @@ class Bus:
 
     def __init__(self, kind: str, write_config, bootstrap: str | None) -> None:
         self.kind, self._write_config, self.bootstrap = kind, write_config, bootstrap
+        self.config_path: Path | None = None
 
     def config(self, data: dict | None = None, **sections):
         """The test configuration, on this bus's broker."""
@@ -234,31 +249,86 @@ class Bus:
 
         if self.bootstrap is not None:
             sections["kafka"] = kafka_section(self.bootstrap)
-        return load_config(self._write_config(sections, data=data))
+        self.config_path = self._write_config(sections, data=data)  # for a CLI the test runs
+        return load_config(self.config_path)
 
     @contextlib.asynccontextmanager
     async def running(self, app, *tapped: str):
-        """Run `app` (a service's AsgiFastStream) with a Tap on each of `tapped`; yields the taps by topic."""
+        """Run `app` (a service's AsgiFastStream, or the gateway's Starlette app) with a Tap on each of
+        `tapped`; yields the taps by topic once the app's consumers own their partitions."""
         from faststream import TestApp
         from faststream.kafka import TestKafkaBroker
 
+        broker = broker_of(app)
         async with contextlib.AsyncExitStack() as stack:
             if self.bootstrap is not None:
                 await ensure_topics(self.bootstrap)
             taps = {t: await stack.enter_async_context(Tap(self.bootstrap, t)) for t in tapped}
             if self.bootstrap is None:
                 for tap in taps.values():
-                    app.broker.subscriber(tap.topic)(_keeper(tap))
-                await stack.enter_async_context(TestKafkaBroker(app.broker))
-            await stack.enter_async_context(TestApp(app))
+                    broker.subscriber(tap.topic)(_keeper(tap))
+                stack.enter_context(_offsets_in_order())
+                await stack.enter_async_context(TestKafkaBroker(broker))
+            if hasattr(app, "broker"):
+                await stack.enter_async_context(TestApp(app))
+            else:
+                await stack.enter_async_context(app.router.lifespan_context(app))
+            if self.bootstrap is not None:
+                await _positioned(broker)
             yield taps
 
-    async def publish(self, app, topic: str, key: str, value: bytes) -> None:
+    async def publish(self, app, topic: str, key: str, value: bytes, partition: int | None = None) -> None:
         """Write a record as another service would."""
         if self.bootstrap is None:
-            await app.broker.publish(value, topic, key=key.encode())
+            await broker_of(app).publish(value, topic, key=key.encode(), partition=partition)
         else:
-            await publish(self.bootstrap, topic, key, value)
+            await publish(self.bootstrap, topic, key, value, partition)
+
+
+@contextlib.contextmanager
+def _offsets_in_order():
+    """Give FastStream's in-memory records the offsets Kafka would (0, 1, 2... per partition) instead
+    of 0 for all: services name files and commit by offset."""
+    import dataclasses
+    from itertools import count
+    from unittest import mock
+
+    from faststream.kafka import testing
+
+    build = testing.build_message
+    offsets: dict[tuple[str, int], count] = {}
+
+    async def build_in_order(*args, **kwargs):
+        record = await build(*args, **kwargs)
+        return dataclasses.replace(record, offset=next(offsets.setdefault((record.topic, record.partition), count())))
+
+    with mock.patch.object(testing, "build_message", build_in_order):
+        yield
+
+
+def broker_of(app):
+    """The broker of a service's AsgiFastStream, or of the gateway's Starlette app."""
+    return app.broker if hasattr(app, "broker") else app.state.service.broker
+
+
+async def _positioned(broker, timeout: float = 30.0) -> None:
+    """Wait until every Kafka consumer of `broker` has partitions and a position in each: a record
+    published after this is read (a consumer reading from the end would otherwise miss it)."""
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer
+
+    for subscriber in broker.subscribers:
+        consumer = getattr(subscriber, "consumer", None)
+        if not isinstance(consumer, AIOKafkaConsumer):
+            continue
+        deadline = time.monotonic() + timeout
+        while not consumer.assignment():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no partition of {sorted(consumer.subscription())} assigned in {timeout} s")
+            await asyncio.sleep(0.1)
+        for tp in consumer.assignment():
+            await consumer.position(tp)
 
 
 def _keeper(tap: Tap):

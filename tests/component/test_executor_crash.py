@@ -1,5 +1,8 @@
-"""The executor's record bookkeeping around crashes: a redelivered copy of a running task and a
-result the broker refuses must never let the partition commit past a task whose result is not out."""
+"""The executor's record bookkeeping across rebalances: a redelivered copy of a running task, a result
+not out when its partition moves, and a task still waiting for its turn must never let the partition
+commit past a task whose result is not out. Each revokes a partition while a call is held at a chosen
+point, which no broker stages on cue: they drive the consumer's rebalance listener with records at
+chosen offsets. (Refused results and executor errors run on both brokers: tests/consumers.)"""
 
 from __future__ import annotations
 
@@ -75,6 +78,7 @@ async def eventually(predicate, timeout=3.0):
     return predicate()
 
 
+# Listener-driven: a revocation while the call is held, which no broker stages on cue.
 async def test_a_copy_redelivered_while_its_call_runs_is_not_committed_before_the_result(consumer):
     broker, runner = Broker(), Runner()
     c = consumer(broker, runner)
@@ -89,17 +93,7 @@ async def test_a_copy_redelivered_while_its_call_runs_is_not_committed_before_th
     assert len(broker.published) == 1
 
 
-async def test_a_result_the_broker_refuses_is_published_again_and_then_committed(consumer):
-    broker, runner = Broker(failures=3), Runner()
-    runner.release.set()
-    c = consumer(broker, runner)
-    await c.consumer.consume(record(7))
-    assert await eventually(lambda: broker.published), "the result is retried until the broker takes it"
-    assert await eventually(lambda: c.tracker.committable()[TP] == 8), "the partition's commits move on"
-    assert workflow_pb2.WorkflowEvent.FromString(broker.published[0]).step_completed.task_id == "r:0:1"
-    assert "r:0:1" in c.done and not c.running
-
-
+# Listener-driven: a revocation while the call is held, which no broker stages on cue.
 async def test_a_result_not_published_before_its_partition_moves_is_left_to_the_new_owner(consumer):
     broker, runner = Broker(failures=10_000), Runner()
     runner.release.set()
@@ -111,20 +105,6 @@ async def test_a_result_not_published_before_its_partition_moves_is_left_to_the_
     assert "r:0:1" not in c.done and not broker.published
 
 
-async def test_an_unexpected_executor_error_ends_the_step_instead_of_holding_the_partition(consumer):
-    broker = Broker()
-
-    class Broken:
-        async def run(self, task, deltas=None):
-            raise RuntimeError("bug")
-
-    c = consumer(broker, Broken())
-    await c.consumer.consume(record(1))
-    assert await eventually(lambda: c.tracker.committable().get(TP) == 2)
-    failed = workflow_pb2.WorkflowEvent.FromString(broker.published[0]).step_failed
-    assert failed.error.code == "executor_error" and not failed.retryable
-
-
 class WaitingRunner(Runner):
     """A runner whose tasks wait for their turn under the limits until told their call began."""
 
@@ -133,6 +113,7 @@ class WaitingRunner(Runner):
         self.calling: set[str] = set()
 
 
+# Listener-driven: a revocation while the call is held, which no broker stages on cue.
 async def test_a_revoked_task_still_waiting_for_its_turn_is_dropped_not_drained(consumer):
     broker, runner = Broker(), WaitingRunner()
     c = consumer(broker, runner)

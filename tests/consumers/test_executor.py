@@ -1,17 +1,27 @@
 """The executor's task consumer, each scenario run in memory and on the real broker: a sim task in,
-a StepCompleted out; redeliveries run once; a worker it does not serve fails the step clearly."""
+a StepCompleted out; redeliveries run once; a worker it does not serve fails the step clearly; a
+streaming request's answering task sends its text to baton.responses as Delta responses (on the
+request's reply partition) before the step's result; a result the broker refuses is sent again, and
+an unexpected error ends the step, before the partition commits past the task."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
 
-from testbed import first_question
+import pytest
+from aiokafka import TopicPartition
+from testbed import default_config_data, first_question
 
-from baton.v1 import common_pb2, tasks_pb2, workflow_pb2
+import baton_executor.main as executor
+from baton.v1 import common_pb2, responses_pb2, tasks_pb2, workflow_pb2
+from baton_executor.calls import StepRunner
+from baton_executor.handlers import TaskConsumer
 from baton_executor.main import create_app
 from baton_platform import topics
+from baton_platform.consumer import Publisher
 from baton_platform.telemetry import setup_tracing
+from baton_tools.standins.server import run_standin
 
 
 async def test_a_sim_task_is_answered_once_even_when_redelivered(bus):
@@ -48,3 +58,123 @@ async def test_a_task_for_a_worker_this_executor_does_not_serve_fails_clearly(bu
         (record,) = await seen[topics.WORKFLOW].wait(lambda r: r.key == rid.encode())
     failed = workflow_pb2.WorkflowEvent.FromString(record.value).step_failed
     assert "'gpt-9' is not served by this executor" in failed.error.message and not failed.retryable
+
+
+async def run_task(bus, provider: str, task: tasks_pb2.Task, data: dict | None = None):
+    """What the executor published for `task`: its Delta responses and its step's result."""
+    app = create_app(bus.config(data=data), provider, tracer_provider=setup_tracing("t", set_global=False))
+
+    def mine(r) -> bool:
+        return r.key == task.request_id.encode()
+
+    async with bus.running(app, topics.WORKFLOW, topics.RESPONSES) as seen:
+        await bus.publish(app, topics.tasks_topic(provider), task.request_id, task.SerializeToString())
+        await seen[topics.WORKFLOW].wait(mine)
+        # Deltas are on the broker before the result is sent: whatever is on baton.responses now is all of them.
+        deltas = await seen[topics.RESPONSES].wait(mine, count=10_000, timeout=1)
+        (result,) = await seen[topics.WORKFLOW].wait(mine, count=2, timeout=0.5)
+    assert all(d.timestamp <= result.timestamp for d in deltas), "every delta goes out before the step's result"
+    assert all(d.partition == task.reply_partition for d in deltas), "on the partition the asking gateway reads"
+    return [responses_pb2.Response.FromString(d.value) for d in deltas], workflow_pb2.WorkflowEvent.FromString(result.value)
+
+
+def sim_task(rid: str, query: str, stream: bool) -> tasks_pb2.Task:
+    return tasks_pb2.Task(task_id=f"{rid}:0:1", request_id=rid, step=0, attempt=1, worker="gemini-pro", stream=stream,
+                          reply_partition=1, query=query, messages=[common_pb2.ChatMessage(role="user", content=query)])
+
+
+async def test_a_streaming_task_on_a_provider_that_streams_sends_its_text_in_pieces(bus):
+    rid = uuid.uuid4().hex
+    with run_standin("openai", chunk_delay_ms=10) as url:
+        data = default_config_data()
+        data["workers"].append({"name": "local-llm", "provider": "openai_compatible", "model": "local-model",
+                                "base_url": url})
+        task = tasks_pb2.Task(task_id=f"{rid}:1:1", request_id=rid, step=1, attempt=1, worker="local-llm",
+                              stream=True, reply_partition=1,
+                              messages=[common_pb2.ChatMessage(role="user", content="w " * 80)])
+        deltas, result = await run_task(bus, "openai_compatible", task, data)
+    output = result.step_completed.output
+    assert output.startswith("[local-model] saw:")
+    assert len(deltas) > 1 and all(d.request_id == rid and d.delta.task_id == f"{rid}:1:1" for d in deltas)
+    assert "".join(d.delta.text for d in deltas) == output
+    assert [d.delta.offset for d in deltas][0] == 0
+
+
+async def test_a_streaming_task_on_a_provider_that_does_not_stream_sends_one_delta(bus):
+    deltas, result = await run_task(bus, "sim", sim_task(uuid.uuid4().hex, first_question()["prompt"], stream=True))
+    output = result.step_completed.output
+    assert output and [(d.delta.offset, d.delta.text) for d in deltas] == [(0, output)]
+
+
+async def test_a_task_that_does_not_stream_sends_no_delta(bus):
+    deltas, result = await run_task(bus, "sim", sim_task(uuid.uuid4().hex, "q", stream=False))
+    assert deltas == [] and result.WhichOneof("event") in ("step_completed", "step_failed")
+
+
+@pytest.fixture
+def task_consumers(monkeypatch) -> list[TaskConsumer]:
+    """The TaskConsumers the executor apps of a test make, to read their bookkeeping."""
+    made: list[TaskConsumer] = []
+
+    class Kept(TaskConsumer):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            self.publish_retry_s = 0.01
+            made.append(self)
+
+    monkeypatch.setattr(executor, "TaskConsumer", Kept)
+    return made
+
+
+async def committed_past(c: TaskConsumer, record, timeout: float = 5.0) -> bool:
+    """Whether the task's partition commits past its record (within the timeout)."""
+    tp = TopicPartition(record.topic, record.partition)
+    for _ in range(int(timeout / 0.02)):
+        if c.tracker.committable().get(tp) == record.offset + 1:
+            return True
+        await asyncio.sleep(0.02)
+    return False
+
+
+async def test_a_result_the_broker_refuses_is_published_again_and_then_committed(bus, task_consumers, monkeypatch):
+    app = create_app(bus.config(), "sim", tracer_provider=setup_tracing("t", set_global=False))
+    (c,) = task_consumers
+    refusals = [ConnectionError("broker away")] * 3
+    send = Publisher.send
+
+    async def refusing(publisher, message, **kwargs):
+        if publisher.topic == topics.WORKFLOW and refusals:
+            raise refusals.pop()
+        return await send(publisher, message, **kwargs)
+
+    monkeypatch.setattr(Publisher, "send", refusing)
+    rid = uuid.uuid4().hex
+    async with bus.running(app, topics.tasks_topic("sim"), topics.WORKFLOW) as seen:
+        await bus.publish(app, topics.tasks_topic("sim"), rid, sim_task(rid, first_question()["prompt"], False)
+                          .SerializeToString())
+        (record,) = await seen[topics.tasks_topic("sim")].wait(lambda r: r.key == rid.encode())
+        published = await seen[topics.WORKFLOW].wait(lambda r: r.key == rid.encode())
+        assert published, "the result is retried until the broker takes it"
+        assert await committed_past(c, record), "the partition's commits move on"
+        assert f"{rid}:0:1" in c.done and not c.running
+    assert refusals == []
+    (result,) = published
+    assert workflow_pb2.WorkflowEvent.FromString(result.value).step_completed.task_id == f"{rid}:0:1"
+
+
+async def test_an_unexpected_executor_error_ends_the_step_instead_of_holding_the_partition(bus, task_consumers,
+                                                                                          monkeypatch):
+    async def broken(runner, task, deltas=None):
+        raise RuntimeError("bug")
+
+    monkeypatch.setattr(StepRunner, "run", broken)
+    app = create_app(bus.config(), "sim", tracer_provider=setup_tracing("t", set_global=False))
+    (c,) = task_consumers
+    rid = uuid.uuid4().hex
+    async with bus.running(app, topics.tasks_topic("sim"), topics.WORKFLOW) as seen:
+        await bus.publish(app, topics.tasks_topic("sim"), rid, sim_task(rid, "q", False).SerializeToString())
+        (record,) = await seen[topics.tasks_topic("sim")].wait(lambda r: r.key == rid.encode())
+        (result,) = await seen[topics.WORKFLOW].wait(lambda r: r.key == rid.encode())
+        assert await committed_past(c, record)
+    failed = workflow_pb2.WorkflowEvent.FromString(result.value).step_failed
+    assert failed.error.code == "executor_error" and not failed.retryable

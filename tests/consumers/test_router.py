@@ -1,18 +1,27 @@
-"""The router's consumers, each scenario run in memory and on the real broker (the `bus` fixture)."""
+"""The router's consumers, each scenario run in memory and on the real broker (the `bus` fixture):
+requests become plans, bad ones dead letters, inner calls keep answers or start workflows, and a
+router serving the policy conductor follows baton.policy (rollout and rollback, no restart)."""
 
 from __future__ import annotations
 
+import asyncio
+import random
 import uuid
+from argparse import Namespace
 
 import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from testbed import default_config_data, header
+from testbed import default_config_data, header, tracer
 
 from baton.v1 import common_pb2, dead_letter_pb2, requests_pb2, workflow_pb2
 from baton_platform import topics
 from baton_platform.telemetry import setup_tracing
+from baton_policy.fastpolicy import Episode, Policy
+from baton_policy.workflows import single
 from baton_router.main import create_app
+from baton_trainer import train_fast
+from baton_trainer.store import PolicyStore, announce, update
 
 
 @pytest.fixture
@@ -92,3 +101,67 @@ async def test_an_inner_call_with_a_corrective_plan_starts_a_workflow(bus, trace
     event = workflow_pb2.WorkflowEvent.FromString(record.value)
     assert event.request_id == f"{rid}:1:1" and event.planned.request.parent.request_id == rid
     assert [s.worker for s in event.planned.plan.steps] == ["llama-70b"]
+
+
+MODELS = ["gemini-1.5-pro-002", "gemini-1.5-flash-002", "Meta-Llama-3_1-70B-Instruct"]
+
+
+def trained(favourite: str, seed: int) -> Policy:
+    rng = random.Random(seed)
+    eps = [Episode(f"question {i}", m, float(m == favourite), 1 / 3)
+           for i in range(300) for m in [rng.choice(MODELS)]]
+    return Policy.fit_logged(eps, [single(m) for m in MODELS])
+
+
+async def test_routers_load_published_policies_and_roll_back(bus, tmp_path, monkeypatch):
+    config = bus.config(conductor={"backend": "policy", "policy": {"epsilon": 0.0}})
+    app = create_app(config, tracer_provider=tracer())
+    store = PolicyStore(str(tmp_path / "store"))
+    name = f"baton-{uuid.uuid4().hex[:6]}"
+    uris = {}
+    for i, (version, favourite) in enumerate((("v1", MODELS[0]), ("v2", MODELS[1]))):
+        saved = trained(favourite, i).save(tmp_path / version)
+        uris[version] = store.put(name, version, saved, {"version": version, "uri": store.uri(name, version),
+                                                         "published_unix_ms": i})
+    rolled_back = []
+    if bus.bootstrap is None:
+        # The trainer's CLI writes to Kafka itself: in memory, its update is handed to the broker here.
+        monkeypatch.setattr(train_fast, "announce_sync", lambda kafka, message: rolled_back.append(message))
+
+    async def publish_policy(message) -> None:
+        if bus.bootstrap is None:
+            await bus.publish(app, topics.POLICY, message.name, message.SerializeToString())
+        else:
+            await announce(config.kafka, message)
+
+    async with bus.running(app, topics.WORKFLOW) as seen:
+        async def planned_version() -> tuple[str, list[str]]:
+            rid = uuid.uuid4().hex
+            req = requests_pb2.ChatRequest(request_id=rid,
+                                           messages=[common_pb2.ChatMessage(role="user", content="question 7")])
+            await bus.publish(app, topics.REQUESTS, rid, req.SerializeToString())
+            (rec,) = await seen[topics.WORKFLOW].wait(lambda r: r.key == rid.encode())
+            plan = workflow_pb2.WorkflowEvent.FromString(rec.value).planned.plan
+            return plan.policy_version, [s.worker for s in plan.steps]
+
+        async def wait_version(version, timeout=30):
+            for _ in range(int(timeout / 0.5)):
+                got = await planned_version()
+                if got[0] == version:
+                    return got
+                await asyncio.sleep(0.5)
+            raise AssertionError(f"router never served {version}; last {got}")
+
+        version, _ = await planned_version()
+        assert version in ("uniform", "v1", "v2")  # whatever the compacted topic held before
+        await publish_policy(update(name, "v1", uris["v1"]))
+        assert await wait_version("v1") == ("v1", ["gemini-pro"])
+        await publish_policy(update(name, "v2", uris["v2"]))
+        assert await wait_version("v2") == ("v2", ["gemini-flash"])
+        out = await asyncio.to_thread(train_fast.rollback, Namespace(config=str(bus.config_path), store=store.root,
+                                                                    name=name, to=None))
+        assert out == {"rolled_back": True, "version": "v1", "uri": uris["v1"]}
+        assert [(m.version, m.rollback) for m in rolled_back] == ([("v1", True)] if bus.bootstrap is None else [])
+        for message in rolled_back:
+            await publish_policy(message)
+        assert await wait_version("v1") == ("v1", ["gemini-pro"])

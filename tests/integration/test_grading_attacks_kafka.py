@@ -14,12 +14,11 @@ import uuid
 from pathlib import Path
 
 from faststream import TestApp
-from testbed import config_for, ensure_topics, publish, sandbox_available, settle, tracer
+from testbed import config_for, dataset_rows, ensure_topics, publish, sandbox_available, settle, tracer
 
 from baton.v1 import common_pb2, requests_pb2, responses_pb2
 from baton_platform import topics
 from baton_reward_logger.main import create_app
-from integration.test_reward_logger_kafka import rows
 
 SECRET = "baton-attack-secret-39f1"
 
@@ -90,7 +89,7 @@ async def _run(config, data_dir, run, ids, client_target, item_target) -> None:
     async with TestApp(create_app(config, tracer_provider=tracer())):
         found = {}
         while time.monotonic() - started < 90 and len(found) < len(ids):
-            found = {r["request_id"]: r for r in rows(f"{data_dir}/episodes") if r["request_id"] in ids}
+            found = {r["request_id"]: r for r in dataset_rows(f"{data_dir}/episodes") if r["request_id"] in ids}
             await settle(0.3)
     assert set(found) == ids, f"missing episodes: {ids - set(found)}"
     assert time.monotonic() - started < 60, "the attacks took longer than their time limits allow"

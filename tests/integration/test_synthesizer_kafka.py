@@ -1,4 +1,6 @@
-"""The synthesizer's handlers on a real broker, including a restart in the middle of a workflow."""
+"""The synthesizer on a real broker across restarts: each scenario needs a partition re-read from the
+group's committed offsets, which the in-memory broker does not keep (its consumer scenarios run on
+both brokers in tests/consumers/test_synthesizer.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from baton_synthesizer.main import create_app
 from baton_workflow import Plan, to_proto
 
 
+# Real broker only: the new instance re-reads the partition from the group's committed offsets.
 async def test_a_restart_mid_workflow_resumes_without_rerunning_completed_steps(kafka_bootstrap, write_config):
     await ensure_topics(kafka_bootstrap)
     config = config_for(write_config, kafka_bootstrap)
@@ -43,6 +46,7 @@ async def test_a_restart_mid_workflow_resumes_without_rerunning_completed_steps(
     assert response.answer == "FINAL" and [s.output for s in response.episode.steps] == ["DRAFT-OUTPUT", "FINAL"]
 
 
+# Real broker only: the new instance re-reads the partition from the group's committed offsets.
 async def test_a_restart_while_a_conductor_step_runs_resends_its_inner_request_and_takes_its_result(
         kafka_bootstrap, write_config):
     await ensure_topics(kafka_bootstrap)
@@ -79,6 +83,7 @@ async def test_a_restart_while_a_conductor_step_runs_resends_its_inner_request_a
     assert response.episode.steps[1].HasField("inner_plan")
 
 
+# Real broker only: the new instance re-reads the partition from the group's committed offsets.
 async def test_a_restart_while_the_judge_scores_resends_the_judge_task_and_answers_with_the_best(
         kafka_bootstrap, write_config):
     await ensure_topics(kafka_bootstrap)
@@ -120,6 +125,7 @@ async def test_a_restart_while_the_judge_scores_resends_the_judge_task_and_answe
     assert sorted(r.key for r in rates) == sorted([gid.encode(), f"{gid}.1".encode()])
 
 
+# Real broker only: the new instance re-reads the partition from the group's committed offsets.
 async def test_a_workflow_answered_just_before_a_crash_is_not_answered_again(kafka_bootstrap, write_config):
     await ensure_topics(kafka_bootstrap)
     config = config_for(write_config, kafka_bootstrap)
@@ -140,3 +146,26 @@ async def test_a_workflow_answered_just_before_a_crash_is_not_answered_again(kaf
         async with TestApp(create_app(config, tracer_provider=tracer())):
             again = await responses.wait(lambda r: r.key == rid.encode(), count=2, timeout=8)
     assert len(again) == 1, "the workflow was answered once, before the crash"
+
+
+# Real broker only: the new instance re-reads the partition from the group's committed offsets.
+async def test_a_replayed_workflow_past_its_deadline_is_answered_from_its_history(kafka_bootstrap, write_config):
+    import time
+
+    await ensure_topics(kafka_bootstrap)
+    config = config_for(write_config, kafka_bootstrap)
+    rid = uuid.uuid4().hex
+    now_ms = int(time.time() * 1000)
+    # The deadline passed while no synthesizer ran; the step's result was already in.
+    request = requests_pb2.ChatRequest(request_id=rid, messages=[common_pb2.ChatMessage(role="user", content="Q")],
+                                       created_unix_ms=now_ms - 6000, deadline_unix_ms=now_ms - 1000)
+    plan = to_proto(Plan(workers=["gemini-flash"], subtasks=["answer"], access=[[]]), backend="static")
+    planned = workflow_pb2.WorkflowEvent(request_id=rid, planned=workflow_pb2.WorkflowPlanned(request=request, plan=plan))
+    async with Tap(kafka_bootstrap, topics.RESPONSES) as responses:
+        await publish(kafka_bootstrap, topics.WORKFLOW, rid, planned.SerializeToString())
+        await publish(kafka_bootstrap, topics.WORKFLOW, rid, completed(rid, 0, "ANSWER"))
+        async with TestApp(create_app(config, tracer_provider=tracer())):
+            (resp,) = await responses.wait(lambda r: r.key == rid.encode())
+            assert len(await responses.wait(lambda r: r.key == rid.encode(), count=2, timeout=2)) == 1
+    response = responses_pb2.Response.FromString(resp.value)
+    assert response.WhichOneof("outcome") == "answer" and response.answer == "ANSWER", response
