@@ -98,7 +98,8 @@ def rollback(args) -> dict:
     return {"rolled_back": True, "version": target["version"], "uri": target["uri"]}
 
 
-def main(argv: list[str] | None = None, command: str = "train-fast") -> int:
+def parse_args(argv: list[str] | None, command: str = "train-fast") -> argparse.Namespace:
+    """The command line of `command` (train-fast or rollback), with its defaults."""
     parser = argparse.ArgumentParser(prog=f"baton-trainer {command}")
     parser.add_argument("--config", default=None, help="Baton configuration (defaults to BATON_CONFIG)")
     parser.add_argument("--store", required=True, help="policy store: a directory or fsspec URL")
@@ -121,7 +122,11 @@ def main(argv: list[str] | None = None, command: str = "train-fast") -> int:
         parser.add_argument("--quiet", action="store_true")
     else:
         parser.add_argument("--to", default=None, help="version to return to (default: the one before the latest)")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None, command: str = "train-fast") -> int:
+    args = parse_args(argv, command)
     try:
         out = train_fast(args) if command == "train-fast" else rollback(args)
     except ConfigError as e:

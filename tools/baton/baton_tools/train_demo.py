@@ -15,7 +15,6 @@ import hashlib
 import shutil
 import sys
 import time
-from argparse import Namespace
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -119,14 +118,15 @@ def run_train_demo(run_dir: Path, n_train: int = 500, n_fresh: int = 200, out=pr
         before = summary(ask_all(client, train_rows, "explore"))
         time.sleep(2.0)  # the reward logger flushes every 0.5 s
         out("2/4 training the fast policy on the logged episodes and gating it off-policy")
-        from baton_trainer.train_fast import train_fast
+        from baton_trainer.train_fast import parse_args, train_fast
 
         version = time.strftime("v%H%M%S")
-        trained = train_fast(Namespace(config=str(cfg), store=str(run_dir / "policies"), name="baton",
-                                       episodes=str(stack.dataset_dir / "episodes"),
-                                       feedback=str(stack.dataset_dir / "feedback"), holdout=0.3, min_episodes=50,
-                                       cost_weight=0.0, version=version, publish=True, quiet=False,
-                                       bootstrap_servers=stack.bootstrap_servers))
+        # The CLI's own parser: every option the command has gets its default.
+        trained = train_fast(parse_args([
+            "--config", str(cfg), "--store", str(run_dir / "policies"), "--name", "baton",
+            "--episodes", str(stack.dataset_dir / "episodes"), "--feedback", str(stack.dataset_dir / "feedback"),
+            "--holdout", "0.3", "--min-episodes", "50", "--cost-weight", "0", "--version", version, "--publish",
+            "--bootstrap-servers", str(stack.bootstrap_servers)]))
         gate = trained["gate"]
         out(f"   gate: candidate {gate['candidate']:.3f} vs current {gate['current']:.3f} "
             f"(difference {gate['difference']:+.3f}, 95% lower bound {gate['lower']:+.3f}) -> "
