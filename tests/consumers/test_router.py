@@ -114,10 +114,12 @@ def trained(favourite: str, seed: int) -> Policy:
 
 
 async def test_routers_load_published_policies_and_roll_back(bus, tmp_path, monkeypatch):
-    config = bus.config(conductor={"backend": "policy", "policy": {"epsilon": 0.0}})
+    # A name of its own: the shared broker's compacted baton.policy keeps these versions for later
+    # tests, whose routers and gateways serve only the default name.
+    name = f"baton-{uuid.uuid4().hex[:6]}"
+    config = bus.config(conductor={"backend": "policy", "policy": {"epsilon": 0.0}}, router={"policy_name": name})
     app = create_app(config, tracer_provider=tracer())
     store = PolicyStore(str(tmp_path / "store"))
-    name = f"baton-{uuid.uuid4().hex[:6]}"
     uris = {}
     for i, (version, favourite) in enumerate((("v1", MODELS[0]), ("v2", MODELS[1]))):
         saved = trained(favourite, i).save(tmp_path / version)

@@ -360,11 +360,19 @@ class TenantConfig(_Strict):
     keys: list[TenantKey] = Field(default_factory=list)
 
 
+# The policy clients reach as model "baton", and the name the trainer publishes under by default.
+DEFAULT_POLICY_NAME = "baton"
+
+
 class RouterConfig(_HttpService):
     port: int = Field(default=9101, ge=0, le=65535)
     explore_share: float = Field(default=0.0, ge=0, le=1,
                                  description="Share of requests for which several candidate workflows run (GRPO groups).")
     explore_group_size: int = Field(default=4, ge=2, le=64, description="Candidate workflows per explored request.")
+    policy_name: str = Field(
+        default=DEFAULT_POLICY_NAME, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+        description="The policy this deployment serves: routers load, and the gateway offers, only the versions "
+        "published on baton.policy under this name (the trainer's --name); others sharing the topic are ignored.")
 
 
 class SynthesizerConfig(_HttpService):

@@ -104,7 +104,7 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
             tenant_cost.labels(tenant).inc(total.cost_usd)
 
     async def on_policy(update: policy_pb2.PolicyUpdate, record: Record) -> None:
-        if update.version:
+        if update.version and (update.name or DEFAULT_POLICY) == config.router.policy_name:
             # Both spellings route to that version: `v3`, and `baton@v3` as the README names it.
             models.update({update.version, f"{update.name or DEFAULT_POLICY}@{update.version}"})
 

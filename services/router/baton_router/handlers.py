@@ -10,6 +10,7 @@ from prometheus_client import Counter, Histogram
 
 from baton.v1 import policy_pb2, requests_pb2, workflow_pb2
 from baton_platform import topics
+from baton_platform.config import DEFAULT_POLICY_NAME
 from baton_platform.consumer import Record
 from baton_platform.messages import PoisonMessage
 from baton_platform.service import Service
@@ -89,8 +90,10 @@ def register_policies(service: Service, backend) -> None:
     failed = Counter("baton_policies_failed", "Policies from baton.policy that could not be loaded", ["kind"],
                      registry=service.registry)
 
+    name = service.config.router.policy_name
+
     async def on_policy(update: policy_pb2.PolicyUpdate, record: Record) -> None:
-        if update.kind != kind:
+        if update.kind != kind or (update.name or DEFAULT_POLICY_NAME) != name:
             return
         try:
             await backend.serve_policy(update.uri, update.version)
