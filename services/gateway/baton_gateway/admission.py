@@ -35,7 +35,8 @@ class Admission:
         """Raise a 429 when `waiting` requests already hold this replica's every place."""
         if waiting < self.limit:
             return
-        retry = min(MAX_RETRY_AFTER_S, max(1, math.ceil((waiting - self.limit + 1) / self.rate()))) if self.rate() else 1
+        rate = self.rate()
+        retry = min(MAX_RETRY_AFTER_S, max(1, math.ceil((waiting - self.limit + 1) / rate))) if rate else 1
         raise ApiError(429, f"Baton is at capacity: {waiting} requests are waiting for answers on this replica. "
                        f"Please try again in {retry}s.", type="server_overloaded", code="overloaded",
                        headers={"retry-after": str(retry)})
