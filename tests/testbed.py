@@ -25,6 +25,11 @@ def first_question() -> dict:
         return next(csv.DictReader(f))
 
 
+def pool(config):
+    """What a conductor component is given: the conductor's settings and the workers it plans over."""
+    return config.conductor, config.workers
+
+
 def wait_for(predicate, timeout=30.0, interval=0.3):
     """Poll `predicate` (in a thread-free test: blocking) until it returns something truthy."""
     deadline = time.monotonic() + timeout

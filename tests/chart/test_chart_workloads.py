@@ -314,7 +314,8 @@ def test_the_gateway_requires_tenant_keys_by_default(tmp_path):
     config = baton_config(objects)
     assert "auth" not in config["gateway"], "the code's default, keys, applies"
     key = mint_key()
-    gate = Gatekeeper(BatonConfig(**config), env={"BATON_API_KEYS": key_entry("acme", hash_key(key), ["chat"])})
+    loaded = BatonConfig(**config)
+    gate = Gatekeeper(loaded.gateway, loaded.tenants, env={"BATON_API_KEYS": key_entry("acme", hash_key(key), ["chat"])})
     assert gate.authenticate(f"Bearer {key}", "chat").tenant == "acme"
     assert gateway_env(objects)["BATON_API_KEYS"]["valueFrom"]["secretKeyRef"]["name"] == "baton-gateway-api-keys"
     # Turning auth off is explicit, and says the gateway listens beyond loopback on purpose.
@@ -376,7 +377,7 @@ def test_every_service_accepts_the_rendered_configuration(ci_file, tmp_path, mon
                 client = httpx.AsyncClient()
                 try:
                     # Raises when the pod lacks a variable one of its workers names for its key.
-                    assert build_workers(config, provider, client)
+                    assert build_workers(config.workers, provider, client)
                 finally:
                     asyncio.run(client.aclose())
 

@@ -52,10 +52,9 @@ class Runner:
 @pytest.fixture
 def consumer(write_config):
     def make(broker: Broker, runner: Runner) -> TaskConsumer:
-        config = load_config(write_config())
-        config.executor.drain_timeout_s = 0.05
-        service = Service.create("baton-executor-sim", config, setup_tracing("t", set_global=False))
-        c = TaskConsumer(service, "sim", runner, {}, ExecutorMetrics(service.registry, "sim"))
+        service = Service.create("baton-executor-sim", load_config(write_config()).kafka,
+                                 setup_tracing("t", set_global=False))
+        c = TaskConsumer(service, "sim", runner, {}, ExecutorMetrics(service.registry, "sim"), drain_timeout_s=0.05)
         c.results = broker
         c.publish_retry_s = 0.01
         return c
@@ -117,7 +116,7 @@ class WaitingRunner(Runner):
 async def test_a_revoked_task_still_waiting_for_its_turn_is_dropped_not_drained(consumer):
     broker, runner = Broker(), WaitingRunner()
     c = consumer(broker, runner)
-    c.service.config.executor.drain_timeout_s = 30  # a drain would outlast the test's patience
+    c.drain_timeout_s = 30  # a drain would outlast the test's patience
     await c.consumer.consume(record(4, "r:0:1"))
     await c.consumer.consume(record(5, "r:1:1"))
     runner.calling.add("r:1:1")  # this one's provider call has begun

@@ -3,6 +3,8 @@ tested in tests/consumers)."""
 
 from __future__ import annotations
 
+from testbed import pool
+
 from baton.v1 import common_pb2, requests_pb2
 from baton_platform.config import load_config
 
@@ -22,7 +24,7 @@ async def test_an_invalid_plan_falls_back_and_is_marked(write_config):
         async def aclose(self):
             pass
 
-    planner = Planner(load_config(write_config()), Wild())
+    planner = Planner(*pool(load_config(write_config())), Wild())
     result = await planner.plan(requests_pb2.ChatRequest(request_id="x"))
     assert not result.valid and result.plan.fallback
     assert "unknown worker 'ghost'" in result.plan.invalid_reason and "not an earlier step" in result.plan.invalid_reason
@@ -44,7 +46,7 @@ async def test_an_unparseable_plan_keeps_its_log_probs_in_the_fallback(write_con
         async def aclose(self):
             pass
 
-    result = await Planner(load_config(write_config()), Babbler()).plan(requests_pb2.ChatRequest(request_id="x"))
+    result = await Planner(*pool(load_config(write_config())), Babbler()).plan(requests_pb2.ChatRequest(request_id="x"))
     assert not result.valid and "unparseable plan: not JSON" in result.plan.invalid_reason
     assert list(result.plan.token_logprobs) == [-2.0] and result.plan.policy_version == "v3"
 
@@ -70,12 +72,12 @@ async def test_recursion_stops_at_the_depth_limit_by_keeping_the_answer(write_co
         async def aclose(self):
             pass
 
-    planner = Planner(load_config(write_config()), Recursive())
+    planner = Planner(*pool(load_config(write_config())), Recursive())
     top = await planner.plan(requests_pb2.ChatRequest(request_id="x"))
     assert top.valid and [s.worker for s in top.plan.steps] == ["gemini-pro", "conductor"]
     deep = await planner.plan(inner_request(depth=1))
     assert not deep.valid and deep.plan.fallback and len(deep.plan.steps) == 0, "at the limit: keep the answer"
     assert "at most 1 level(s) deep" in deep.plan.invalid_reason
-    off = Planner(load_config(write_config({"conductor": {**load_config(write_config()).conductor.model_dump(
-        mode="json", exclude_none=True), "max_depth": 0}})), Recursive())
+    off = Planner(*pool(load_config(write_config({"conductor": {**load_config(write_config()).conductor.model_dump(
+        mode="json", exclude_none=True), "max_depth": 0}}))), Recursive())
     assert not (await off.plan(requests_pb2.ChatRequest(request_id="y"))).valid, "max_depth 0 turns recursion off"

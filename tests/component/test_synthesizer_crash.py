@@ -28,8 +28,8 @@ TP = TopicPartition(topics.WORKFLOW, 0)
 async def wiring(write_config):
     """The wiring on FastStream's in-memory broker; yields it and the responses it publishes."""
     config = load_config(write_config())
-    service = Service.create("baton-synthesizer", config, setup_tracing("t", set_global=False))
-    w = SynthesizerWiring(service, Workflows(config))
+    service = Service.create("baton-synthesizer", config.kafka, setup_tracing("t", set_global=False))
+    w = SynthesizerWiring(service, Workflows(config.synthesizer, config.workers, max_steps=config.conductor.max_steps))
     responses: list[responses_pb2.Response] = []
 
     @service.broker.subscriber(topics.RESPONSES)

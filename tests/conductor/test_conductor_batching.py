@@ -11,7 +11,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from testbed import default_config_data
+from testbed import default_config_data, pool
 
 from baton.v1 import common_pb2, requests_pb2
 from baton_platform.config import BatonConfig
@@ -24,7 +24,7 @@ PLAN = '{"model_id": [0, 1], "subtasks": ["Answer.", "Check."], "access_list": [
 def conductor(**settings) -> TransformersConductor:
     data = default_config_data()
     data["conductor"] = {"backend": "transformers", "transformers": settings}
-    backend = TransformersConductor(BatonConfig(**data))
+    backend = TransformersConductor(*pool(BatonConfig(**data)))
     backend._loaded = SimpleNamespace(version="stand-in")  # as if loaded: no model is needed here
     return backend
 

@@ -8,7 +8,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from testbed import default_config_data
+from testbed import default_config_data, pool
 
 from baton.v1 import common_pb2, requests_pb2
 from baton_platform.config import BatonConfig
@@ -84,7 +84,7 @@ def conductor(server, monkeypatch):
         "base_url": server.base_url + "/", "model": "conductor-7b", "api_key_env": "CONDUCTOR_KEY",
         "temperature": 0.8, "timeout_s": 5, "policy_models": {"v2": "conductor-7b-lora-v2"}}}
     config = BatonConfig(**data)
-    return build_backend(config), [w.name for w in config.workers]
+    return build_backend(*pool(config)), [w.name for w in config.workers]
 
 
 def ask(policy: str = "baton") -> requests_pb2.ChatRequest:
@@ -183,4 +183,4 @@ async def test_a_missing_api_key_is_named():
     data["conductor"] = {"backend": "openai", "openai": {"base_url": "http://127.0.0.1:9/v1", "model": "m",
                                                          "api_key_env": "BATON_TEST_NO_SUCH_KEY"}}
     with pytest.raises(ValueError, match="BATON_TEST_NO_SUCH_KEY"):
-        build_backend(BatonConfig(**data))
+        build_backend(*pool(BatonConfig(**data)))

@@ -7,7 +7,7 @@ import math
 
 import pytest
 from pydantic import ValidationError
-from testbed import default_config_data
+from testbed import default_config_data, pool
 
 from baton.v1 import common_pb2, requests_pb2
 from baton_conductor.prompt import DEFAULT_CARD, conductor_messages, question
@@ -43,7 +43,7 @@ def ask(text: str, policy: str = "baton") -> requests_pb2.ChatRequest:
 
 def test_the_prompt_shows_the_pool_as_cards_by_index_and_never_names_a_worker():
     cfg = config()
-    messages = PlanPrompter(cfg).messages(ask("Which planet is largest?"))
+    messages = PlanPrompter(*pool(cfg)).messages(ask("Which planet is largest?"))
     system, user = messages
     assert system["role"] == "system" and user == {"role": "user", "content": "Which planet is largest?"}
     for i, worker in enumerate(cfg.workers):
@@ -61,10 +61,10 @@ def test_a_worker_without_a_card_gets_a_neutral_one_and_the_example_is_optional(
     data = default_config_data()
     data["workers"][1]["card"] = ""
     data["conductor"]["prompt_example"] = False
-    system = PlanPrompter(BatonConfig(**data)).messages(ask("q"))[0]["content"]
+    system = PlanPrompter(*pool(BatonConfig(**data))).messages(ask("q"))[0]["content"]
     assert f"Model 1: {DEFAULT_CARD}" in system
     assert "Example" not in system
-    assert "Example workflow" in PlanPrompter(config()).messages(ask("q"))[0]["content"]
+    assert "Example workflow" in PlanPrompter(*pool(config())).messages(ask("q"))[0]["content"]
 
 
 def test_the_question_is_the_last_user_message_cut_to_its_limit():
@@ -139,7 +139,7 @@ def test_text_that_is_not_a_plan_raises_a_clear_error(text, why):
 
 def test_the_prompter_keeps_log_probs_on_an_unparseable_answer():
     with pytest.raises(ConductorOutputError) as err:
-        PlanPrompter(config()).proposal('{"model_id": [0', [-0.5, -1.0], math.log(0.25), "v1")
+        PlanPrompter(*pool(config())).proposal('{"model_id": [0', [-0.5, -1.0], math.log(0.25), "v1")
     assert err.value.token_logprobs == [-0.5, -1.0] and err.value.propensity == pytest.approx(0.25)
     assert err.value.log_propensity == math.log(0.25)
     assert err.value.policy_version == "v1"
@@ -196,7 +196,7 @@ async def test_building_a_model_backend_is_cheap_and_imports_no_model_library():
     for backend, extra in (("transformers", {}),
                            ("openai", {"openai": {"base_url": "http://127.0.0.1:9/v1", "model": "m"}}),
                            ("vllm", {"vllm": {"model": "/models/conductor"}})):
-        conductor = build_backend(config(backend=backend, **extra))
+        conductor = build_backend(*pool(config(backend=backend, **extra)))
         assert conductor.name == backend and conductor.ready is (backend == "openai")
         await conductor.aclose()
     assert {m for m in ("torch", "transformers", "vllm") if m in sys.modules} == before
@@ -232,7 +232,7 @@ def test_with_a_token_budget_the_longest_plan_the_grammar_allows_fits_in_it(boun
 
 
 def test_the_conductor_learns_that_the_last_step_gets_the_clients_tools():
-    prompter = PlanPrompter(config())
+    prompter = PlanPrompter(*pool(config()))
     request = ask("What is the weather in Paris?")
     assert "tools" not in prompter.messages(request)[1]["content"]
     request.answer.tools.add(name="get_weather", parameters_json="{}")

@@ -32,7 +32,7 @@ async def conductor(artefacts, tmp_path_factory):
             "model_path": str(base), "temperature": 1.0, "seed": 0, "batch_size": 4, "batch_wait_ms": 200,
             "max_new_tokens": 200}},
     )
-    backend = build_backend(config)
+    backend = build_backend(config.conductor, config.workers)
     await backend.start()
     yield backend, [w["name"] for w in WORKERS]
     await backend.aclose()

@@ -51,7 +51,7 @@ async def conductor(request, tmp_path_factory):
         "cache_dir": str(cache_dir),
     }}
     config = BatonConfig(**data)
-    backend = build_backend(config)
+    backend = build_backend(config.conductor, config.workers)
     assert backend.name == "transformers" and not backend.ready
     started = time.perf_counter()
     await backend.start()

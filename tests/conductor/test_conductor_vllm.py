@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import pytest
-from testbed import default_config_data
+from testbed import default_config_data, pool
 
 from baton.v1 import common_pb2, requests_pb2
 from baton_platform.config import BatonConfig
@@ -103,7 +103,7 @@ def ask(policy: str) -> requests_pb2.ChatRequest:
 
 
 def test_policy_names_map_to_lora_adapters_with_a_default():
-    conductor = VllmConductor(vllm_config(), engine=Engine(), api=API)
+    conductor = VllmConductor(*pool(vllm_config()), engine=Engine(), api=API)
     assert conductor.adapter_for("v2") == Adapter("v2", 2, "/adapters/v2")
     assert conductor.adapter_for("v1") == Adapter("v1", 1, "/adapters/v1")
     assert conductor.adapter_for("baton") == conductor.adapter_for("v1"), "the default policy gets the default adapter"
@@ -115,7 +115,7 @@ def test_policy_names_map_to_lora_adapters_with_a_default():
 
 async def test_adapters_are_loaded_at_start_and_switched_at_run_time():
     engine = Engine()
-    conductor = VllmConductor(vllm_config(), engine=engine, api=API)
+    conductor = VllmConductor(*pool(vllm_config()), engine=engine, api=API)
     assert not conductor.ready
     await conductor.start()
     assert conductor.ready
@@ -138,7 +138,7 @@ async def test_adapters_are_loaded_at_start_and_switched_at_run_time():
 async def test_the_engine_gets_the_schema_the_chat_prompt_and_asks_for_log_probs():
     engine = Engine()
     config = vllm_config(default_adapter=None, constraint="json_schema")
-    conductor = VllmConductor(config, engine=engine, api=API)
+    conductor = VllmConductor(*pool(config), engine=engine, api=API)
     proposal = await conductor.propose(ask("baton"))
     names = [w.name for w in config.workers]
     assert proposal.plan.workers == ["llama-70b", "gemini-pro"] and plan_problems(proposal.plan, names, 3) == []
@@ -161,7 +161,7 @@ async def test_the_engine_gets_the_schema_the_chat_prompt_and_asks_for_log_probs
     assert args["structured_outputs_config"] == {"backend": "guidance", "disable_any_whitespace": True}
     assert args["model"] == "/models/conductor-7b" and args["enforce_eager"] is True, "no compilation on CPU"
 
-    grammar = VllmConductor(vllm_config(constraint="grammar"), engine=Engine(), api=API)
+    grammar = VllmConductor(*pool(vllm_config(constraint="grammar")), engine=Engine(), api=API)
     await grammar.propose(ask("v1"))
     structured = grammar._engine.generated[-1]["params"].call.kwargs["structured_outputs"].call.kwargs
     assert "plan3 ::=" in structured["grammar"] and "json" not in structured
@@ -173,7 +173,7 @@ def test_without_a_model_the_converted_smollm2_is_served(monkeypatch, tmp_path):
     monkeypatch.setenv("BATON_MODEL_CACHE", str(tmp_path))
     data = default_config_data()
     data["conductor"] = {"backend": "vllm", "vllm": {}}
-    conductor = VllmConductor(BatonConfig(**data), engine=Engine(), api=SimpleNamespace(**{**vars(API), "on_cpu": False}))
+    conductor = VllmConductor(*pool(BatonConfig(**data)), engine=Engine(), api=SimpleNamespace(**{**vars(API), "on_cpu": False}))
     assert conductor.engine_args()["model"] == str(tmp_path / "smollm2-135m-instruct")
     assert conductor.base_version == "smollm2-135m-instruct"
     assert conductor.engine_args()["enforce_eager"] is False, "on a GPU, graphs are captured unless told otherwise"
@@ -181,7 +181,7 @@ def test_without_a_model_the_converted_smollm2_is_served(monkeypatch, tmp_path):
 
 async def test_a_published_version_is_served_a_refused_one_changes_nothing_and_rollback_works(tmp_path):
     engine = Engine(refuse={str(tmp_path / "v4")})
-    conductor = VllmConductor(vllm_config(), engine=engine, api=API)
+    conductor = VllmConductor(*pool(vllm_config()), engine=engine, api=API)
     await conductor.serve_policy(str(tmp_path / "v3"), "v3")
     assert conductor.default_adapter == "v3"
     assert (await conductor.propose(ask("baton"))).policy_version == "v3"
@@ -200,7 +200,7 @@ async def test_a_published_version_is_served_a_refused_one_changes_nothing_and_r
 
 async def test_without_vllm_starting_says_what_is_missing(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` fail, as on a CPU machine
-    conductor = build_backend(vllm_config())
+    conductor = build_backend(*pool(vllm_config()))
     with pytest.raises(ConductorUnavailable, match=r"needs the `vllm` package.*tools/vllm/setup.sh"):
         await conductor.propose(ask("baton"))
     assert not conductor.ready
@@ -208,13 +208,13 @@ async def test_without_vllm_starting_says_what_is_missing(monkeypatch):
 
 
 async def test_at_temperature_one_the_reported_log_probs_give_the_propensity():
-    conductor = VllmConductor(vllm_config(temperature=1.0), engine=Engine(), api=API)
+    conductor = VllmConductor(*pool(vllm_config(temperature=1.0)), engine=Engine(), api=API)
     proposal = await conductor.propose(ask("v2"))
     assert proposal.log_propensity == pytest.approx(-0.25 - 1.0 - 0.5 + 0.0)
     assert proposal.propensity == pytest.approx(math.exp(-0.25 - 1.0 - 0.5 + 0.0))
-    greedy = VllmConductor(vllm_config(temperature=0.0), engine=Engine(), api=API)
+    greedy = VllmConductor(*pool(vllm_config(temperature=0.0)), engine=Engine(), api=API)
     assert (await greedy.propose(ask("v2"))).log_propensity == 0.0
-    unknown = await VllmConductor(vllm_config(temperature=0.9), engine=Engine(), api=API).propose(ask("v2"))
+    unknown = await VllmConductor(*pool(vllm_config(temperature=0.9)), engine=Engine(), api=API).propose(ask("v2"))
     assert unknown.log_propensity is None
 
 
@@ -230,10 +230,10 @@ async def test_a_long_plan_keeps_its_propensity_in_log_space():
 
     engine.generate = generate
     config = vllm_config(temperature=1.0)
-    result = await Planner(config, VllmConductor(config, engine=engine, api=API)).plan(ask("v1"))
+    result = await Planner(*pool(config), VllmConductor(*pool(config), engine=engine, api=API)).plan(ask("v1"))
     assert result.valid and result.plan.propensity == 0.0
     assert result.plan.HasField("log_propensity") and result.plan.log_propensity == pytest.approx(-900.0)
-    unknown = await Planner(config, VllmConductor(vllm_config(temperature=0.5), engine=Engine(), api=API)).plan(ask("v1"))
+    unknown = await Planner(*pool(config), VllmConductor(*pool(vllm_config(temperature=0.5)), engine=Engine(), api=API)).plan(ask("v1"))
     assert not unknown.plan.HasField("log_propensity"), "unknown is an absent field, not a number"
 
 
@@ -245,7 +245,7 @@ async def test_the_engine_loads_in_a_thread_while_the_event_loop_keeps_running()
         assert release.wait(30)
         return Engine()
 
-    conductor = VllmConductor(vllm_config(), api=API)
+    conductor = VllmConductor(*pool(vllm_config()), api=API)
     conductor._build_engine = build
     starting = asyncio.create_task(conductor.start())
     # Awaiting here needs the event loop while build() blocks: heartbeats and /health/live would run too.

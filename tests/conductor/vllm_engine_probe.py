@@ -68,7 +68,8 @@ async def plans(conductor: VllmConductor, policy: str = "baton") -> list[dict]:
 
 
 async def probe(workdir: Path) -> dict:
-    conductor = VllmConductor(config())
+    settings = config()
+    conductor = VllmConductor(settings.conductor, settings.workers)
     shape = model_shape(Path(conductor.model))
     for name, seed, rank, scale in (("v0", 1, 8, 0.0), ("v1", 2, 8, 0.5), ("v2", 3, 2 * MAX_RANK, 0.05)):
         build_adapter(workdir / name, Path(conductor.model), shape, seed, rank=rank, scale=scale)

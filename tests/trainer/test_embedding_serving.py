@@ -38,7 +38,7 @@ def test_the_router_routes_unseen_words_with_the_saved_embedding(write_config, t
     assert len(workers) == 2
     config = load_config(write_config({"workers": workers, "conductor": {"backend": "policy", "policy": {
         "epsilon": 0.0, "path": str(policy.save(tmp_path / "p")), "version": "v1"}}}))
-    conductor = PolicyConductor(config, rng=random.Random(0))
+    conductor = PolicyConductor(config.conductor.policy, config.workers, rng=random.Random(0))
     assert conductor._current is not None and conductor._current.newcomers is None
     for word, model in [("kitten", ZOO), ("puppy", ZOO), ("donkey", ZOO), ("van", GARAGE), ("taxi", GARAGE), ("ship", GARAGE)]:
         proposal = asyncio.run(conductor.propose(_request(f"tell me about the {word}")))

@@ -60,7 +60,7 @@ def request(text: str) -> requests_pb2.ChatRequest:
 
 def test_the_policy_conductor_logs_uniform_choices_then_serves_a_loaded_policy(write_config, tmp_path):
     config = load_config(write_config({"conductor": {"backend": "policy", "policy": {"epsilon": 0.0}}}))
-    conductor = PolicyConductor(config, rng=random.Random(0))
+    conductor = PolicyConductor(config.conductor.policy, config.workers, rng=random.Random(0))
     first = [asyncio.run(conductor.propose(request("math question about integrals"))) for _ in range(30)]
     assert {p.propensity for p in first} == {1 / 3} and {p.policy_version for p in first} == {"uniform"}
     assert len({p.plan.workers[0] for p in first}) == 3, "the logging policy tries every worker"
@@ -83,4 +83,4 @@ def test_a_policy_naming_unconfigured_models_is_refused(write_config, tmp_path):
     config = load_config(write_config({"conductor": {"backend": "policy"}}))
     policy = Policy.fit_logged([Episode("q", "gpt-9", 1.0, 1.0)], [single("gpt-9")])
     with pytest.raises(ValueError, match="gpt-9"):
-        PolicyConductor(config).load(str(policy.save(tmp_path / "p")), "bad")
+        PolicyConductor(config.conductor.policy, config.workers).load(str(policy.save(tmp_path / "p")), "bad")

@@ -167,7 +167,7 @@ def test_prompts_are_the_routers_own_and_only_for_queries_with_outcomes(config, 
     _, picked = matrix_slice
     assert [r["query"] for r in data.prompts.rows] == [r["prompt"] for r in picked]
     assert data.prompts.worker_names == NAMES and data.prompts.bounds.pool_size == 3
-    prompter = Prompter(config)
+    prompter = Prompter(config.conductor, config.workers)
     for row, r in zip(data.prompts.rows, picked):
         request = requests_pb2.ChatRequest(messages=[common_pb2.ChatMessage(role="user", content=r["prompt"])])
         assert row["prompt"] == prompter.messages(request)

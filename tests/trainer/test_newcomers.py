@@ -127,7 +127,7 @@ def test_the_policy_conductor_serves_a_new_worker_and_learns_from_rewards(write_
     policy = Policy.fit_logged(episodes, [single(m) for m in known])
     config = load_config(write_config({"conductor": {"backend": "policy", "policy": {
         "epsilon": 0.0, "new_worker_share": 0.2, "path": str(policy.save(tmp_path / "p")), "version": "v1"}}}))
-    conductor = PolicyConductor(config, rng=random.Random(1))
+    conductor = PolicyConductor(config.conductor.policy, config.workers, rng=random.Random(1))
     new = [p for p in (asyncio.run(conductor.propose(request(f"question {i} about cells"))) for i in range(100))
            if p.action == "gemini-1.5-pro-002"]
     assert new and {p.plan.workers[0] for p in new} == {"gemini-pro"}
@@ -148,7 +148,7 @@ def serving(write_config, tmp_path, policy: Policy, *, without: str, epsilon: fl
     data = json.loads(json.dumps(load_config(write_config()).model_dump(mode="json", exclude_none=True)))
     cfg = load_config(write_config({"workers": [w for w in data["workers"] if w["name"] != without],
                                     "conductor": {"backend": "policy", "policy": {"epsilon": epsilon}}}))
-    conductor = PolicyConductor(cfg, rng=random.Random(seed))
+    conductor = PolicyConductor(cfg.conductor.policy, cfg.workers, rng=random.Random(seed))
     conductor.load(str(policy.save(tmp_path / "p")), "v1")
     return conductor
 

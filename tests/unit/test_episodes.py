@@ -180,9 +180,10 @@ async def test_a_record_revoked_while_it_is_graded_is_written_once_by_the_next_r
         release.wait(5)
         return {"request_id": response.request_id}, 0
 
-    service = Service.create("baton-reward-logger", load_config(write_config()), setup_tracing("t", set_global=False))
+    config = load_config(write_config())
+    service = Service.create("baton-reward-logger", config.kafka, setup_tracing("t", set_global=False))
     written = Counter("rows", "rows", ["topic"], registry=CollectorRegistry())
-    sink = Sink(service, "baton.responses", responses_pb2.Response,
+    sink = Sink(service, config.reward_logger, "baton.responses", responses_pb2.Response,
                 DatasetWriter(tmp_path, "baton.responses", EPISODE_SCHEMA), slow_row, written)
     rows = []
     sink.writer = SimpleNamespace(write=lambda partition, records: rows.extend(r.offset for r in records))

@@ -23,6 +23,12 @@ def config(tenants=None, **gateway):
     return BatonConfig(**data)
 
 
+def settings(tenants=None, **gateway):
+    """What the gateway gives its Gatekeeper: its own section and the tenants."""
+    c = config(tenants, **gateway)
+    return c.gateway, c.tenants
+
+
 class Clock:
     def __init__(self):
         self.now = 1000.0
@@ -42,7 +48,7 @@ def test_a_minted_key_is_random_prefixed_and_stored_only_as_its_hash():
 
 
 def test_keys_map_to_tenants_with_scopes():
-    gate = Gatekeeper(config(), env={})
+    gate = Gatekeeper(*settings(), env={})
     p = gate.authenticate(bearer(ACME), "chat")
     assert (p.tenant, p.scopes) == ("acme", frozenset({"chat", "feedback"}))
     assert p.key_id == hash_key(ACME)[:12] and ACME not in repr(p) and hash_key(ACME) not in repr(p)
@@ -56,7 +62,7 @@ def test_keys_map_to_tenants_with_scopes():
     ("Bearer bt-not-a-key", "invalid_api_key", "Incorrect API key"),
 ])
 def test_no_key_or_a_wrong_one_is_a_401_that_never_echoes_the_key(header, code, fragment):
-    gate = Gatekeeper(config(), env={})
+    gate = Gatekeeper(*settings(), env={})
     with pytest.raises(ApiError) as err:
         gate.authenticate(header, "chat")
     assert err.value.status == 401 and err.value.code == code and fragment in err.value.message
@@ -64,14 +70,14 @@ def test_no_key_or_a_wrong_one_is_a_401_that_never_echoes_the_key(header, code, 
 
 
 def test_a_key_without_the_scope_is_refused_as_openai_refuses_a_restricted_key():
-    gate = Gatekeeper(config(), env={})
+    gate = Gatekeeper(*settings(), env={})
     with pytest.raises(ApiError) as err:
         gate.authenticate(bearer(FEEDBACK_ONLY), "chat")
     assert err.value.status == 401 and "Missing scopes: chat" in err.value.message
 
 
 def test_a_tenant_sees_and_uses_only_its_models():
-    gate = Gatekeeper(config(), env={})
+    gate = Gatekeeper(*settings(), env={})
     known = {"baton", "baton-v2"}
     assert gate.visible_models(gate.authenticate(bearer(ACME), "chat"), known) == ["baton"]
     assert gate.visible_models(gate.authenticate(bearer(SLOW), "chat"), known) == ["baton", "baton-v2"]
@@ -79,7 +85,7 @@ def test_a_tenant_sees_and_uses_only_its_models():
 
 def test_the_request_rate_is_per_key_with_retry_after():
     clock = Clock()
-    gate = Gatekeeper(config(), env={}, clock=clock)
+    gate = Gatekeeper(*settings(), env={}, clock=clock)
     slow = gate.authenticate(bearer(SLOW), "chat")
     gate.admit(slow)
     gate.admit(slow)
@@ -95,7 +101,7 @@ def test_the_request_rate_is_per_key_with_retry_after():
 
 def test_the_token_rate_counts_the_tokens_of_answers():
     clock = Clock()
-    gate = Gatekeeper(config(), env={}, clock=clock)
+    gate = Gatekeeper(*settings(), env={}, clock=clock)
     slow = gate.authenticate(bearer(SLOW), "chat")
     gate.admit(slow)
     gate.opened("r1", slow)
@@ -110,7 +116,7 @@ def test_the_token_rate_counts_the_tokens_of_answers():
 
 
 def test_the_budget_stops_a_tenant_with_insufficient_quota():
-    gate = Gatekeeper(config(), env={})
+    gate = Gatekeeper(*settings(), env={})
     acme = gate.authenticate(bearer(ACME), "chat")
     gate.admit(acme)
     gate.settle("r1", "acme", 10, 10, 0.006)
@@ -123,7 +129,7 @@ def test_the_budget_stops_a_tenant_with_insufficient_quota():
 
 
 def test_each_replica_enforces_its_share_of_the_limits():
-    gate = Gatekeeper(config(), env={}, share=lambda: 0.5)  # half of baton.responses' partitions
+    gate = Gatekeeper(*settings(), env={}, share=lambda: 0.5)  # half of baton.responses' partitions
     acme = gate.authenticate(bearer(ACME), "chat")
     gate.settle("r1", "acme", 1, 1, 0.006)
     with pytest.raises(ApiError, match="quota"):
@@ -137,7 +143,7 @@ def test_each_replica_enforces_its_share_of_the_limits():
 def test_key_hashes_may_come_from_the_environment():
     extra = mint_key()
     entry = key_entry("slow", hash_key(extra), ["chat", "feedback"])
-    gate = Gatekeeper(config(), env={"BATON_API_KEYS": f" {entry},\n"})
+    gate = Gatekeeper(*settings(), env={"BATON_API_KEYS": f" {entry},\n"})
     assert gate.authenticate(bearer(extra), "feedback").tenant == "slow"
     assert parse_key_entries(f"slow:{hash_key(extra)}", "X") == [("slow", hash_key(extra), frozenset({"chat"}))]
 
@@ -149,17 +155,17 @@ def test_key_hashes_may_come_from_the_environment():
 ])
 def test_bad_key_entries_fail_the_start_without_repeating_them(env, fragment):
     with pytest.raises(ConfigError, match=fragment) as err:
-        Gatekeeper(config(), env=env)
+        Gatekeeper(*settings(), env=env)
     assert "a-plaintext-key" not in str(err.value)
 
 
 def test_keys_mode_with_no_key_refuses_to_start():
     with pytest.raises(ConfigError, match="no key is configured"):
-        Gatekeeper(config(tenants=[]), env={})
+        Gatekeeper(*settings(tenants=[]), env={})
 
 
 def test_auth_none_is_explicit_and_only_on_loopback():
-    open_gate = Gatekeeper(config(auth="none"), env={})
+    open_gate = Gatekeeper(*settings(auth="none"), env={})
     p = open_gate.authenticate(None, "feedback")
     assert p.tenant == ANONYMOUS
     open_gate.admit(p)
@@ -180,12 +186,12 @@ def test_config_rejects_a_key_listed_twice_and_a_hash_that_is_not_one():
 
 def test_the_eval_scope_is_a_scope_of_its_own():
     extra = mint_key()
-    gate = Gatekeeper(config(), env={"BATON_API_KEYS": key_entry("slow", hash_key(extra), ["chat", "eval"])})
+    gate = Gatekeeper(*settings(), env={"BATON_API_KEYS": key_entry("slow", hash_key(extra), ["chat", "eval"])})
     gate.require(gate.authenticate(bearer(extra), "chat"), "eval")
     with pytest.raises(ApiError) as err:
         gate.require(gate.authenticate(bearer(ACME), "chat"), "eval")
     assert err.value.status == 401 and "Missing scopes: eval" in err.value.message
-    gate.require(Gatekeeper(config(auth="none"), env={}).authenticate(None, "chat"), "eval")
+    gate.require(Gatekeeper(*settings(auth="none"), env={}).authenticate(None, "chat"), "eval")
     assert config(tenants=[{"name": "a", "keys": [{"sha256": "a" * 64, "scopes": ["eval", "chat"]}]}])
     with pytest.raises(Exception, match="scopes"):
         config(tenants=[{"name": "a", "keys": [{"sha256": "a" * 64, "scopes": ["grade"]}]}])

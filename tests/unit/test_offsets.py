@@ -67,7 +67,7 @@ async def test_a_commit_skipped_for_being_too_soon_is_made_while_the_consumer_is
     async def handle(message, record):
         pass
 
-    service = Service.create("t", load_config(write_config()), setup_tracing("t", set_global=False))
+    service = Service.create("t", load_config(write_config()).kafka, setup_tracing("t", set_global=False))
     consumer = service.consumer(TP.topic, requests_pb2.ChatRequest, handle, group="g", tracked=True,
                                 commit_every_s=0.2)
     kafka = consumer.subscriber.consumer = Consumer()

@@ -167,10 +167,11 @@ async def test_a_record_no_handler_can_process_goes_to_the_dlq_and_the_partition
             raise RuntimeError("no handler can process this")
         return {"request_id": response.request_id}, 0
 
-    service = Service.create("baton-reward-logger", load_config(write_config()), setup_tracing("t", set_global=False))
+    config = load_config(write_config())
+    service = Service.create("baton-reward-logger", config.kafka, setup_tracing("t", set_global=False))
     service.dead_letters.send = send
     written = Counter("rows", "rows", ["topic"], registry=CollectorRegistry())
-    sink = Sink(service, "baton.responses", responses_pb2.Response,
+    sink = Sink(service, config.reward_logger, "baton.responses", responses_pb2.Response,
                 DatasetWriter(tmp_path, "baton.responses", EPISODE_SCHEMA), explode, written)
     rows = []
     sink.writer = SimpleNamespace(write=lambda partition, records: rows.extend(r.offset for r in records))

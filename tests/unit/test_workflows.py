@@ -12,6 +12,12 @@ class Clock:
         return self.now
 
 
+def workflows(config, clock) -> Workflows:
+    """Workflows with the settings the synthesizer's create_app gives them."""
+    return Workflows(config.synthesizer, config.workers, max_steps=config.conductor.max_steps, judge=config.judge,
+                     clock=clock)
+
+
 def setup(write_config, plan: Plan, step_timeout=60.0, fallback=None, budget=None, synthesizer=None):
     from testbed import default_config_data
 
@@ -21,7 +27,7 @@ def setup(write_config, plan: Plan, step_timeout=60.0, fallback=None, budget=Non
     data["synthesizer"] = {"step_timeout_s": step_timeout, **(synthesizer or {})}
     config = load_config(write_config(data=data))
     clock = Clock()
-    wf = Workflows(config, clock=clock)
+    wf = workflows(config, clock)
     request = requests_pb2.ChatRequest(request_id="r1", messages=[common_pb2.ChatMessage(role="user", content="Q?")],
                                        created_unix_ms=clock.now, reply_partition=3, budget=budget)
     run = wf.on_planned(workflow_pb2.WorkflowPlanned(request=request, plan=to_proto(plan, backend="static")))
@@ -247,7 +253,10 @@ def test_a_conductor_step_has_time_for_a_whole_inner_workflow(write_config):
     clock.now += 10_000
     ((_, (finish,)),) = wf.expired()
     assert finish.response.error.code == "step_timeout"
-    assert f"within {wf._config.conductor.max_steps + 1} s" in finish.response.error.message
+    from testbed import default_config_data
+
+    max_steps = load_config(write_config(data=default_config_data())).conductor.max_steps
+    assert f"within {max_steps + 1} s" in finish.response.error.message
 
 
 def judged_group(write_config, wait_s=None, stream=False, actions=None):
@@ -258,7 +267,7 @@ def judged_group(write_config, wait_s=None, stream=False, actions=None):
     data["synthesizer"] = {"group_answer": "judge"}
     data["judge"] = {"worker": "gemini-pro", **({"wait_s": wait_s} if wait_s else {})}
     clock = Clock()
-    wf = Workflows(load_config(write_config(data=data)), clock=clock)
+    wf = workflows(load_config(write_config(data=data)), clock)
     plan = to_proto(Plan(workers=["gemini-flash"], subtasks=["a"], access=[[]]), backend="static")
     runs = []
     for k in range(3):
@@ -371,7 +380,7 @@ def test_only_the_answering_step_gets_the_clients_options_and_tool_turns(write_c
     from testbed import default_config_data
 
     config = load_config(write_config(data=default_config_data()))
-    wf = Workflows(config, clock=Clock())
+    wf = workflows(config, Clock())
     request = requests_pb2.ChatRequest(request_id="r1", max_tokens=5, temperature=0.3, messages=[
         common_pb2.ChatMessage(role="user", content="Weather in Oslo?"),
         common_pb2.ChatMessage(role="assistant", tool_calls=[

@@ -4,6 +4,7 @@ trainer trains: both build them here, so the trained model sees exactly what it 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from baton.v1 import requests_pb2
 from baton_conductor.prompt import (
@@ -15,7 +16,7 @@ from baton_conductor.prompt import (
     tools_note,
 )
 from baton_conductor.schema import PlanBounds, parse_plan
-from baton_platform.config import BatonConfig
+from baton_platform.config import ConductorConfig, WorkerConfig
 from baton_workflow import CONDUCTOR, Plan
 
 
@@ -26,12 +27,11 @@ class Prompter:
     requests that re-plan a step (`ChatRequest.parent`) are inner calls: their prompt shows the
     workflow so far, and their constraint (`inner_bounds`) also admits the empty plan."""
 
-    def __init__(self, config: BatonConfig) -> None:
-        conductor = config.conductor
+    def __init__(self, conductor: ConductorConfig, workers: Sequence[WorkerConfig]) -> None:
         self.max_depth = conductor.max_depth
         recursive = [CONDUCTOR] if self.max_depth else []
-        self.worker_names = [w.name for w in config.workers] + recursive
-        self.cards = cards_from(config.workers) + ([CONDUCTOR_CARD] if recursive else [])
+        self.worker_names = [w.name for w in workers] + recursive
+        self.cards = cards_from(workers) + ([CONDUCTOR_CARD] if recursive else [])
         self.bounds = PlanBounds(len(self.worker_names), conductor.max_steps, conductor.max_subtask_chars)
         self.inner_bounds = dataclasses.replace(self.bounds, allow_empty=True)
         self._example = conductor.prompt_example

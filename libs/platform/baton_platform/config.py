@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal, get_args
 
@@ -291,6 +292,12 @@ class ConductorConfig(_Strict):
             raise ValueError("conductor.backend 'vllm' needs a `conductor.vllm:` section (`vllm: {}` takes the defaults)")
         return self
 
+    def safe_plan(self, workers: Sequence[WorkerConfig]) -> StaticPlan:
+        """The plan used when the conductor's own is invalid: the configured one, else one step on the first worker."""
+        if self.fallback_plan is not None:
+            return self.fallback_plan
+        return StaticPlan(workers=[workers[0].name], subtasks=["Answer the question."], access=[[]])
+
 
 class KafkaConfig(_Strict):
     bootstrap_servers: str = "127.0.0.1:9092"
@@ -537,11 +544,6 @@ class BatonConfig(BaseSettings):
     def providers(self) -> list[str]:
         return sorted({w.provider for w in self.workers})
 
-    def safe_plan(self) -> StaticPlan:
-        """The plan used when the conductor's own is invalid: the configured one, else one step on the first worker."""
-        if self.conductor.fallback_plan is not None:
-            return self.conductor.fallback_plan
-        return StaticPlan(workers=[self.workers[0].name], subtasks=["Answer the question."], access=[[]])
 
 
 def is_loopback(host: str) -> bool:

@@ -21,7 +21,7 @@ it, FastStream's test broker routes it, and the broker's middlewares (trace prop
 
 A whole service that answers every chat request (the same example is in the library's README)::
 
-    service = Service.create("baton-echo", config)
+    service = Service.create("baton-echo", config.kafka)
     answers = service.publisher(topics.RESPONSES, responses_pb2.Response)
 
     async def echo(request: requests_pb2.ChatRequest, record: Record) -> None:

@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client import CollectorRegistry, Counter
 from starlette.routing import request_response
 
-from baton_platform.config import BatonConfig
+from baton_platform.config import KafkaConfig
 from baton_platform.consumer import Consumer, DeadLetters, Publisher
 from baton_platform.http import ReadyCheck, broker_ready, live_endpoint, metrics_endpoint, ready_endpoint
 from baton_platform.kafka import make_broker
@@ -23,7 +23,7 @@ from baton_platform.telemetry import setup_tracing
 @dataclass
 class Service:
     name: str
-    config: BatonConfig
+    kafka: KafkaConfig
     broker: KafkaBroker
     tracer_provider: TracerProvider
     registry: CollectorRegistry
@@ -37,14 +37,14 @@ class Service:
         self.dead_letters = DeadLetters(self.broker, self.name, on_dead_letter=lambda t: dlq_total.labels(t).inc())
 
     @classmethod
-    def create(cls, name: str, config: BatonConfig, tracer_provider: TracerProvider | None = None) -> Service:
+    def create(cls, name: str, kafka: KafkaConfig, tracer_provider: TracerProvider | None = None) -> Service:
         provider = tracer_provider if tracer_provider is not None else setup_tracing(name)
-        broker = make_broker(config.kafka, client_id=name, tracer_provider=provider)
-        return cls(name=name, config=config, broker=broker, tracer_provider=provider, registry=CollectorRegistry())
+        broker = make_broker(kafka, client_id=name, tracer_provider=provider)
+        return cls(name=name, kafka=kafka, broker=broker, tracer_provider=provider, registry=CollectorRegistry())
 
     def consumer(self, topic: str, kind: type[Message], handler, **options) -> Consumer:
         """Subscribe `handler` to `topic` (see baton_platform.consumer.Consumer for the options)."""
-        consumer = Consumer(self.broker, self.name, self.config.kafka, self.dead_letters, topic, kind, handler, **options)
+        consumer = Consumer(self.broker, self.name, self.kafka, self.dead_letters, topic, kind, handler, **options)
         self.consumers.append(consumer)
         return consumer
 

@@ -60,8 +60,9 @@ class RecentIds:
 
 class TaskConsumer:
     def __init__(self, service: Service, provider: str, runner: StepRunner, limits: dict[str, WorkerLimits],
-                 metrics: ExecutorMetrics) -> None:
+                 metrics: ExecutorMetrics, drain_timeout_s: float) -> None:
         self.service = service
+        self.drain_timeout_s = drain_timeout_s
         self.provider = provider
         self.topic = topics.tasks_topic(provider)
         self.group = topics.executor_group(provider)
@@ -204,7 +205,7 @@ class TaskConsumer:
             for job in [j for j in jobs if j.get_name() not in calling]:
                 job.cancel()
         if jobs:
-            await asyncio.wait(jobs, timeout=self.service.config.executor.drain_timeout_s)
+            await asyncio.wait(jobs, timeout=self.drain_timeout_s)
 
     async def assigned(self, assigned: set[TopicPartition]) -> None:
         total = self.consumer.partition_count()
@@ -221,7 +222,7 @@ class TaskConsumer:
     async def _recover(self, assigned: list[TopicPartition]) -> None:
         """Mark as done every task whose result was published after the oldest uncommitted task."""
         probe = AIOKafkaConsumer(group_id=self.group, enable_auto_commit=False,
-                                 **client_options(self.service.config.kafka))
+                                 **client_options(self.service.kafka))
         await probe.start()
         try:
             since = await self._oldest_uncommitted_timestamp(probe, assigned)
@@ -259,7 +260,7 @@ class TaskConsumer:
         return oldest
 
     async def _published_since(self, probe, since_ms: int) -> set[str]:
-        ids = await partition_ids(client_options(self.service.config.kafka), topics.WORKFLOW)
+        ids = await partition_ids(client_options(self.service.kafka), topics.WORKFLOW)
         parts = [TopicPartition(topics.WORKFLOW, p) for p in ids]
         found: set[str] = set()
         async for r in read_since(probe, parts, since_ms):  # bounded by the caller's timeout
@@ -284,4 +285,4 @@ class TaskConsumer:
         """At shutdown: let calls in flight finish (bounded); the consumer then commits."""
         jobs = [j for js in self.in_flight.values() for j in js]
         if jobs:
-            await asyncio.wait(jobs, timeout=self.service.config.executor.drain_timeout_s)
+            await asyncio.wait(jobs, timeout=self.drain_timeout_s)

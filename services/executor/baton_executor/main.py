@@ -21,18 +21,18 @@ from baton_platform.service import Service
 
 
 def create_app(config: BatonConfig, provider: str, tracer_provider: TracerProvider | None = None) -> AsgiFastStream:
-    service = Service.create(topics.executor_service_name(provider), config, tracer_provider)
+    service = Service.create(topics.executor_service_name(provider), config.kafka, tracer_provider)
     client = httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=10.0),
                                limits=httpx.Limits(max_connections=256, max_keepalive_connections=64))
     HTTPXClientInstrumentor.instrument_client(client, tracer_provider=service.tracer_provider)
-    workers = build_workers(config, provider, client)
+    workers = build_workers(config.workers, provider, client)
     configs = {w.name: w for w in config.workers if w.provider == provider}
     limits = {w.name: WorkerLimits(w.limits.rpm, w.limits.tpm, w.limits.concurrency, w.limits.headroom)
               for w in configs.values()}
     metrics = ExecutorMetrics(service.registry, provider)
     runner = StepRunner(workers, configs, limits, service.tracer_provider.get_tracer("baton.executor"), metrics,
                         config.executor.max_attempts)
-    consumer = TaskConsumer(service, provider, runner, limits, metrics)
+    consumer = TaskConsumer(service, provider, runner, limits, metrics, config.executor.drain_timeout_s)
 
     async def close() -> None:
         await consumer.exchange.stop()

@@ -133,7 +133,7 @@ class ShareExchange:
 
     async def _read(self) -> None:
         consumer = AIOKafkaConsumer(group_id=None, enable_auto_commit=False,
-                                    **client_options(self.service.config.kafka))
+                                    **client_options(self.service.kafka))
         await consumer.start()
         try:
             tp = TopicPartition(self.topic, 0)

@@ -12,9 +12,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from baton.v1 import common_pb2, feedback_pb2, responses_pb2
 from baton_gateway.params import INT32_MAX, ChatCompletionRequest, first_error, param_at, param_of
-from baton_platform.config import DEFAULT_POLICY_NAME
-
-DEFAULT_POLICY = DEFAULT_POLICY_NAME  # the model id that routes to the served policy
 
 # A request names an item of the operator's evaluation sets as "SET:ID"; the reward logger grades its
 # answer, and that reward trains the routing policy, so only keys with the `eval` scope may send it.

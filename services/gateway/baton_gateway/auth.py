@@ -21,12 +21,12 @@ import math
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from baton_gateway.api import ApiError
 from baton_platform.apikeys import hash_key, parse_key_entries
-from baton_platform.config import SCOPES, BatonConfig, ConfigError, TenantConfig
+from baton_platform.config import SCOPES, ConfigError, GatewayConfig, TenantConfig
 
 ANONYMOUS = "anonymous"  # the tenant of every call when gateway.auth is 'none'
 
@@ -68,16 +68,16 @@ class Bucket:
 class Gatekeeper:
     """Authentication, model policy, rates and budgets of the gateway's callers."""
 
-    def __init__(self, config: BatonConfig, *, env: Mapping[str, str] | None = None,
+    def __init__(self, settings: GatewayConfig, tenants: Sequence[TenantConfig], *, env: Mapping[str, str] | None = None,
                  clock: Callable[[], float] = time.monotonic, share: Callable[[], float] = lambda: 1.0) -> None:
-        self.open = config.gateway.auth == "none"
+        self.open = settings.auth == "none"
         self._clock = clock
         self._share = share
-        self._tenants: dict[str, TenantConfig] = {t.name: t for t in config.tenants}
+        self._tenants: dict[str, TenantConfig] = {t.name: t for t in tenants}
         self._keys: list[Principal] = []
         env = os.environ if env is None else env
-        entries = [(t.name, k.sha256, frozenset(k.scopes)) for t in config.tenants for k in t.keys]
-        entries += parse_key_entries(env.get(config.gateway.keys_env, ""), config.gateway.keys_env)
+        entries = [(t.name, k.sha256, frozenset(k.scopes)) for t in tenants for k in t.keys]
+        entries += parse_key_entries(env.get(settings.keys_env, ""), settings.keys_env)
         seen: set[str] = set()
         for tenant, digest, scopes in entries:
             if tenant not in self._tenants:
@@ -89,14 +89,14 @@ class Gatekeeper:
             self._keys.append(Principal(tenant, digest[:12], scopes, frozenset(self._tenants[tenant].models), digest))
         if not self.open and not self._keys:
             raise ConfigError("gateway.auth is 'keys' but no key is configured: add key hashes to `tenants:` or to "
-                              f"{config.gateway.keys_env} (`baton keys create --tenant NAME` mints one), or set "
+                              f"{settings.keys_env} (`baton keys create --tenant NAME` mints one), or set "
                               "gateway.auth: none for a gateway on loopback")
         self._requests: dict[str, Bucket] = {}
         self._tokens: dict[str, Bucket] = {}
         self.spent: dict[str, float] = {}
         # request id -> the key that sent it, until its final response settles it.
         self._pending: OrderedDict[str, tuple[Principal, float]] = OrderedDict()
-        self._pending_ttl = config.gateway.request_timeout_s + 600
+        self._pending_ttl = settings.request_timeout_s + 600
 
     @property
     def tenants(self) -> list[str]:

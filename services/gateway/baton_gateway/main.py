@@ -19,7 +19,6 @@ from starlette.routing import Route
 from baton.v1 import feedback_pb2, policy_pb2, requests_pb2, responses_pb2
 from baton_gateway.admission import Admission
 from baton_gateway.api import (
-    DEFAULT_POLICY,
     EVAL_SCOPE,
     ApiError,
     budget_from,
@@ -37,7 +36,7 @@ from baton_gateway.params import answer_options, messages_proto
 from baton_gateway.replies import INTERIM, Replies
 from baton_gateway.streaming import ClosingStreamingResponse, StreamedAnswer, closing_chunks, content_chunk
 from baton_platform import topics
-from baton_platform.config import BatonConfig, ConfigError, load_config
+from baton_platform.config import DEFAULT_POLICY_NAME, BatonConfig, ConfigError, load_config
 from baton_platform.consumer import Record
 from baton_platform.http import live_endpoint, metrics_endpoint, ready_endpoint, serve
 from baton_platform.service import Service
@@ -48,7 +47,7 @@ TIMEOUT_CODES = {"step_timeout", "deadline_exceeded"}
 
 
 def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = None) -> Starlette:
-    service = Service.create(SERVICE_NAME, config, tracer_provider)
+    service = Service.create(SERVICE_NAME, config.kafka, tracer_provider)
     tracer = service.tracer_provider.get_tracer("baton.gateway")
     registry = service.registry
     requests_out = service.publisher(topics.REQUESTS, requests_pb2.ChatRequest, "Chat requests from HTTP clients.")
@@ -57,10 +56,10 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
     gw = config.gateway
     # Each replica enforces its share of every limit: its share of baton.responses' partitions (at
     # most all of it, should the topic hold more partitions than configured).
-    gate = Gatekeeper(config, share=lambda: min(1.0, replies.owned / config.kafka.partitions))
+    gate = Gatekeeper(gw, config.tenants, share=lambda: min(1.0, replies.owned / config.kafka.partitions))
     # The policies a client may ask for by `model`: the default plus every version published on
     # baton.policy (a small compacted topic every replica reads whole).
-    models = {DEFAULT_POLICY}
+    models = {DEFAULT_POLICY_NAME}
 
     requests_total = Counter("baton_gateway_requests", "Chat requests", ["status"], registry=registry)
     latency = Histogram("baton_gateway_request_seconds", "End-to-end request latency", registry=registry,
@@ -104,9 +103,9 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
             tenant_cost.labels(tenant).inc(total.cost_usd)
 
     async def on_policy(update: policy_pb2.PolicyUpdate, record: Record) -> None:
-        if update.version and (update.name or DEFAULT_POLICY) == config.router.policy_name:
+        if update.version and (update.name or DEFAULT_POLICY_NAME) == config.router.policy_name:
             # Both spellings route to that version: `v3`, and `baton@v3` as the README names it.
-            models.update({update.version, f"{update.name or DEFAULT_POLICY}@{update.version}"})
+            models.update({update.version, f"{update.name or DEFAULT_POLICY_NAME}@{update.version}"})
 
     service.consumer(topics.POLICY, policy_pb2.PolicyUpdate, on_policy, description="Policy versions clients may ask for.")
 

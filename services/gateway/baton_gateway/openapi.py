@@ -8,7 +8,8 @@ from typing import Any
 
 from pydantic.json_schema import models_json_schema
 
-from baton_gateway.api import DEFAULT_POLICY, ChatCompletionRequest, FeedbackIn
+from baton_gateway.api import ChatCompletionRequest, FeedbackIn
+from baton_platform.config import DEFAULT_POLICY_NAME
 
 _REF = "#/components/schemas/{model}"
 
@@ -52,7 +53,7 @@ def _user_message_required(schema: dict[str, Any]) -> None:
                                           "properties": {"type": {"const": "text"}, "text": text}}}]}}}})
 
 
-def openapi_document(models: set[str] | frozenset[str] = frozenset({DEFAULT_POLICY})) -> dict[str, Any]:
+def openapi_document(models: set[str] | frozenset[str] = frozenset({DEFAULT_POLICY_NAME})) -> dict[str, Any]:
     _, top = models_json_schema([(ChatCompletionRequest, "validation"), (FeedbackIn, "validation")],
                                 ref_template=_REF)
     schemas: dict[str, Any] = top["$defs"]

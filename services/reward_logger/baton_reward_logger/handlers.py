@@ -19,6 +19,7 @@ from prometheus_client import Counter
 
 from baton.v1 import feedback_pb2, responses_pb2, rewards_pb2
 from baton_platform import consumer, topics
+from baton_platform.config import RewardLoggerConfig
 from baton_platform.messages import PoisonMessage
 from baton_platform.service import Service
 from baton_reward_logger.episodes import DatasetWriter, Record
@@ -33,16 +34,15 @@ class Sink:
     """``after_write``, if given, runs on each durable run of records before their offsets commit:
     a crash in between repeats it with the file's rewrite, never skips it."""
 
-    def __init__(self, service: Service, topic: str, kind: type[Message], writer: DatasetWriter, make_row: RowMaker,
-                 written: Counter, after_write: Callable[[list[Record]], Awaitable[None]] | None = None) -> None:
+    def __init__(self, service: Service, settings: RewardLoggerConfig, topic: str, kind: type[Message],
+                 writer: DatasetWriter, make_row: RowMaker, written: Counter, after_write: Callable[[list[Record]], Awaitable[None]] | None = None) -> None:
         self.after_write = after_write
         self.topic = topic
         self.writer = writer
         self.schema = writer.schema
         self.make_row = make_row
-        cfg = service.config.reward_logger
-        self._flush_every = cfg.flush_every
-        self._interval = cfg.flush_interval_s
+        self._flush_every = settings.flush_every
+        self._interval = settings.flush_interval_s
         self._buffers: dict[TopicPartition, list[Record]] = {}
         self._since: dict[TopicPartition, float] = {}
         # Bumped when a partition is revoked: a record still being graded then is dropped, since

@@ -19,8 +19,8 @@ SERVICE_NAME = "baton-reward-logger"
 
 
 def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = None) -> AsgiFastStream:
-    service = Service.create(SERVICE_NAME, config, tracer_provider)
     cfg = config.reward_logger
+    service = Service.create(SERVICE_NAME, config.kafka, tracer_provider)
     root = cfg.dataset_dir.rstrip("/")  # a local path or a URL: joined as text, which both accept
     written = Counter("baton_dataset_rows", "Rows written to the datasets", ["topic"], registry=service.registry)
     outcomes = Counter("baton_rewards", "Episodes by grading outcome: graded, grading_failed, unknown_item, no_item",
@@ -28,11 +28,11 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
     # The operator's evaluation sets, loaded once: a missing or malformed file stops the start.
     evals = EvalRegistry.load({name: (s.path, s.grader) for name, s in cfg.eval_sets.items()})
     grader = IsolatedGrader(timeout_s=cfg.grading_timeout_s)
-    Sink(service, topics.RESPONSES, responses_pb2.Response,
+    Sink(service, cfg, topics.RESPONSES, responses_pb2.Response,
          DatasetWriter(f"{root}/episodes", topics.RESPONSES, EPISODE_SCHEMA),
          response_row_maker(cfg.reward_scheme, cfg.cost_weight, evals, grader.grade, outcomes), written,
          after_write=reward_publisher(service))
-    Sink(service, topics.FEEDBACK, feedback_pb2.Feedback,
+    Sink(service, cfg, topics.FEEDBACK, feedback_pb2.Feedback,
          DatasetWriter(f"{root}/feedback", topics.FEEDBACK, FEEDBACK_SCHEMA), feedback_row_maker(), written)
 
     async def stop_grader() -> None:

@@ -10,7 +10,7 @@ from prometheus_client import Counter, Histogram
 
 from baton.v1 import policy_pb2, requests_pb2, workflow_pb2
 from baton_platform import topics
-from baton_platform.config import DEFAULT_POLICY_NAME
+from baton_platform.config import DEFAULT_POLICY_NAME, RouterConfig
 from baton_platform.consumer import Record
 from baton_platform.messages import PoisonMessage
 from baton_platform.service import Service
@@ -31,7 +31,7 @@ def kept_answer(request: requests_pb2.ChatRequest, plan: workflow_pb2.Plan, seco
         inner_plan=plan))
 
 
-def register(service: Service, planner: Planner, backend=None) -> None:
+def register(service: Service, settings: RouterConfig, planner: Planner, backend=None) -> None:
     plans = Counter("baton_plans", "Plans published", ["backend", "outcome"], registry=service.registry)
     latency = Histogram("baton_planning_seconds", "Time to plan one request", registry=service.registry)
     tracer = service.tracer_provider.get_tracer("baton.router")
@@ -47,8 +47,8 @@ def register(service: Service, planner: Planner, backend=None) -> None:
             expired.inc()
             return
         inner = request.HasField("parent")
-        explore = not inner and explores(request.request_id, service.config.router.explore_share)
-        group = candidates(request, service.config.router.explore_group_size) if explore else [request]
+        explore = not inner and explores(request.request_id, settings.explore_share)
+        group = candidates(request, settings.explore_group_size) if explore else [request]
         for candidate in group:
             started = time.perf_counter()
             with tracer.start_as_current_span("plan") as span:
@@ -75,10 +75,10 @@ def register(service: Service, planner: Planner, backend=None) -> None:
     # commit round trip per request would cost the router more than planning a static plan.
     service.consumer(topics.REQUESTS, requests_pb2.ChatRequest, plan_request, group=topics.GROUP_ROUTER,
                      tracked=True, commit_every_s=0.2, description="Chat requests to plan.")
-    register_policies(service, backend)
+    register_policies(service, backend, settings.policy_name)
 
 
-def register_policies(service: Service, backend) -> None:
+def register_policies(service: Service, backend, name: str) -> None:
     """Every router replica reads the whole (small, compacted) policy topic: a published policy is
     served by all of them without a restart; a rollback is an update naming an older one. Updates of
     the other kind are for the other backend ("fast": the policy conductor, "lora": vLLM)."""
@@ -89,8 +89,6 @@ def register_policies(service: Service, backend) -> None:
                      registry=service.registry)
     failed = Counter("baton_policies_failed", "Policies from baton.policy that could not be loaded", ["kind"],
                      registry=service.registry)
-
-    name = service.config.router.policy_name
 
     async def on_policy(update: policy_pb2.PolicyUpdate, record: Record) -> None:
         if update.kind != kind or (update.name or DEFAULT_POLICY_NAME) != name:

@@ -21,9 +21,9 @@ log = logging.getLogger(__name__)
 
 
 def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = None) -> AsgiFastStream:
-    service = Service.create(SERVICE_NAME, config, tracer_provider)
-    backend = build_backend(config)
-    register(service, Planner(config, backend), backend)
+    service = Service.create(SERVICE_NAME, config.kafka, tracer_provider)
+    backend = build_backend(config.conductor, config.workers)
+    register(service, config.router, Planner(config.conductor, config.workers, backend), backend)
     register_rewards(service, backend)
     loading: list[asyncio.Task] = []
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from baton.v1 import requests_pb2, workflow_pb2
-from baton_platform.config import BatonConfig
+from baton_platform.config import ConductorConfig, WorkerConfig
 from baton_router.conductor import ConductorBackend, ConductorOutputError
 from baton_router.conductor.base import KEEP
 from baton_workflow import CONDUCTOR, Plan, plan_problems, to_proto
@@ -27,12 +28,12 @@ class Planner:
     call may answer with no steps (keep the answer so far); when its plan is invalid, the answer is
     kept too, rather than running the safe plan over a workflow that already has an answer."""
 
-    def __init__(self, config: BatonConfig, backend: ConductorBackend) -> None:
+    def __init__(self, conductor: ConductorConfig, workers: Sequence[WorkerConfig], backend: ConductorBackend) -> None:
         self._backend = backend
-        self._workers = [w.name for w in config.workers]
-        self._max_steps = config.conductor.max_steps
-        self._max_depth = config.conductor.max_depth
-        safe = config.safe_plan()
+        self._workers = [w.name for w in workers]
+        self._max_steps = conductor.max_steps
+        self._max_depth = conductor.max_depth
+        safe = conductor.safe_plan(workers)
         self._safe = Plan(workers=safe.workers, subtasks=safe.subtasks, access=safe.access)
 
     @property

@@ -144,7 +144,7 @@ class SynthesizerWiring:
         since = min(r.request.created_unix_ms or r.started_ms for r in runs) - 10_000
         parts = [TopicPartition(topics.RESPONSES, p) for p in sorted({r.request.reply_partition for r in runs})]
         probe = AIOKafkaConsumer(group_id=None, enable_auto_commit=False,
-                                 **client_options(self.service.config.kafka))
+                                 **client_options(self.service.kafka))
         await probe.start()
         try:
             found: set[str] = set()

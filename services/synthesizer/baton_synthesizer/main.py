@@ -15,8 +15,9 @@ SERVICE_NAME = "baton-synthesizer"
 
 
 def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = None) -> AsgiFastStream:
-    service = Service.create(SERVICE_NAME, config, tracer_provider)
-    SynthesizerWiring(service, Workflows(config))
+    service = Service.create(SERVICE_NAME, config.kafka, tracer_provider)
+    workflows = Workflows(config.synthesizer, config.workers, max_steps=config.conductor.max_steps, judge=config.judge)
+    SynthesizerWiring(service, workflows)
     return service.asgi_app()
 
 

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from baton.v1 import common_pb2, feedback_pb2, requests_pb2, responses_pb2, tasks_pb2, workflow_pb2
-from baton_platform.config import BatonConfig
+from baton_platform.config import JudgeConfig, SynthesizerConfig, WorkerConfig
 from baton_synthesizer.judge import best, judge_messages, parse_scores
 from baton_workflow import CONDUCTOR, Plan, from_proto, query_text, readable_steps, ready_steps, step_messages, turn
 
@@ -120,13 +120,18 @@ class Run:
 
 
 class Workflows:
-    def __init__(self, config: BatonConfig, clock: Callable[[], int] = _now_ms) -> None:
-        self._config = config
+    def __init__(self, settings: SynthesizerConfig, workers: Sequence[WorkerConfig], *, max_steps: int,
+                 judge: JudgeConfig | None = None, clock: Callable[[], int] = _now_ms) -> None:
+        self._settings = settings
+        self._workers = {w.name: w for w in workers}
+        if settings.group_answer == "judge" and judge is None:
+            raise ValueError("synthesizer.group_answer 'judge' needs a judge")
+        self._judge_worker = judge.worker if judge else ""
         self._clock = clock
-        self._step_timeout_ms = int(config.synthesizer.step_timeout_s * 1000)
+        self._step_timeout_ms = int(settings.step_timeout_s * 1000)
         # A conductor step plans and runs a whole inner workflow: planning plus up to max_steps steps.
-        self._conductor_timeout_ms = self._step_timeout_ms * (config.conductor.max_steps + 1)
-        self._judge_wait_ms = int(config.judge.wait_s * 1000) if config.judge else 0
+        self._conductor_timeout_ms = self._step_timeout_ms * (max_steps + 1)
+        self._judge_wait_ms = int(judge.wait_s * 1000) if judge else 0
         self.runs: dict[str, Run] = {}
         # Recently finished requests: a plan delivered again (the router re-read its input after a
         # crash) must not run a finished workflow a second time.
@@ -212,7 +217,7 @@ class Workflows:
         if run.own_error is not None:
             return self._judge(run, None)
         for step, error in sorted(run.errors.items()):
-            fallback = None if run.workers[step] == CONDUCTOR else self._config.worker(run.workers[step]).fallback
+            fallback = None if run.workers[step] == CONDUCTOR else self._workers[run.workers[step]].fallback
             if fallback and fallback != run.workers[step] and run.attempts[step] < 2:
                 del run.errors[step]
                 return [self._dispatch(run, step, fallback, run.attempts[step] + 1)] + self._decide(run)
@@ -248,8 +253,8 @@ class Workflows:
 
     def _budget(self, run: Run) -> tuple[float, float, int, float]:
         """The request's call and cost limits (0: none), and the calls made and USD spent so far."""
-        return (_tightest(self._config.synthesizer.max_calls, run.request.budget.max_calls),
-                _tightest(self._config.synthesizer.max_cost_usd, run.request.budget.max_cost_usd),
+        return (_tightest(self._settings.max_calls, run.request.budget.max_calls),
+                _tightest(self._settings.max_cost_usd, run.request.budget.max_cost_usd),
                 sum(run.attempts.values()), sum(c.usage.cost_usd for c in run.done.values()))
 
     def _over_budget(self, run: Run, new_calls: int) -> str | None:
@@ -309,7 +314,7 @@ class Workflows:
     def _dispatch(self, run: Run, step: int, worker_name: str, attempt: int) -> Dispatch | Replan:
         if worker_name == CONDUCTOR:
             return self._replan(run, step, attempt)
-        worker = self._config.worker(worker_name)
+        worker = self._workers[worker_name]
         outputs = {i: c.output for i, c in run.done.items()}
         prior = [(s.instruction, s.output) for s in run.request.parent.steps]
         answering = step == run.plan.steps - 1
@@ -452,7 +457,7 @@ class Workflows:
     # -- judging -------------------------------------------------------------------------------
 
     def _judged_group(self, run: Run) -> bool:
-        return (self._config.synthesizer.group_answer == "judge" and run.request.group_size > 1
+        return (self._settings.group_answer == "judge" and run.request.group_size > 1
                 and not run.request.HasField("parent"))
 
     def _judges(self, run: Run) -> bool:
@@ -490,7 +495,7 @@ class Workflows:
         if len(answers) == 1:
             run.judge_error = "no other candidate answered in time" if own is not None else "one candidate answered"
             return self._judged(run, own)
-        judge = self._config.worker(self._config.judge.worker)
+        judge = self._workers[self._judge_worker]
         step, rid = run.plan.steps, run.request.request_id
         task = tasks_pb2.Task(
             task_id=f"{rid}:{step}:1", request_id=rid, step=step, attempt=1, worker=judge.name,
@@ -505,7 +510,7 @@ class Workflows:
     def _judged(self, run: Run, own: str | None) -> list[Action]:
         """Finish with the answer the judge's scores choose (else the first: the own one when there is
         one), and rate every candidate."""
-        judgement = responses_pb2.Judgement(worker=self._config.judge.worker, own_answer=own or "",
+        judgement = responses_pb2.Judgement(worker=self._judge_worker, own_answer=own or "",
                                             request_ids=run.judge_order, own_error=run.own_error)
         answers = ({run.request.request_id: own} if own is not None else {}) | {
             c.request_id: c.answer for c in run.candidates.values()}

@@ -280,7 +280,7 @@ def build_prompts(conversations: Iterable[Sequence[Mapping[str, str]]], config: 
     `spread_only`, so is a query on which every logged worker did equally well: such a query still
     teaches the plan format (and cost, with a cost weight), but not which worker to pick.
     """
-    prompter = Prompter(config)
+    prompter = Prompter(config.conductor, config.workers)
     rows: list[dict] = []
     seen: set[str] = set()
     for conversation in conversations:

@@ -7,14 +7,14 @@ through `build_provider`, and `sim`, which answers from a recorded outcome matri
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import httpx
 
 from baton_executor.providers.base import PROVIDER_KINDS, Provider, build_provider
 from baton_executor.providers.sim import OutcomeMatrix, SimProvider
-from baton_platform.config import BatonConfig, WorkerConfig
+from baton_platform.config import WorkerConfig
 
 
 class MissingApiKey(ValueError):
@@ -38,10 +38,10 @@ REGISTRY: dict[str, Callable[[WorkerConfig, httpx.AsyncClient, dict[Path, Outcom
 }
 
 
-def build_workers(config: BatonConfig, provider: str, client: httpx.AsyncClient) -> dict[str, Provider]:
+def build_workers(workers: Sequence[WorkerConfig], provider: str, client: httpx.AsyncClient) -> dict[str, Provider]:
     """Clients for every worker of `provider`."""
     matrices: dict[Path, OutcomeMatrix] = {}
-    out = {w.name: REGISTRY[w.provider](w, client, matrices) for w in config.workers if w.provider == provider}
+    out = {w.name: REGISTRY[w.provider](w, client, matrices) for w in workers if w.provider == provider}
     if not out:
         raise ValueError(f"no configured worker uses provider {provider!r}")
     return out

@@ -177,7 +177,7 @@ async def plumbing(workdir: Path, requests: int) -> dict:
             "max_tokens": 512, "temperature": 1.0, "seed": 0, "enforce_eager": True}},
     )
     workers = [w["name"] for w in WORKERS]
-    conductor = VllmConductor(config)
+    conductor = VllmConductor(config.conductor, config.workers)
     t = time.perf_counter()
     await conductor.start()
     start_s = time.perf_counter() - t
@@ -228,7 +228,7 @@ async def load(model: Path, levels: list[int], requests: int) -> dict:
         conductor={"backend": "vllm", "max_steps": 4, "vllm": {
             "model": str(model), "constraint": "grammar", "temperature": 0.7, "max_model_len": 4096,
             "gpu_memory_utilization": 0.8, "max_tokens": 320}})
-    conductor = VllmConductor(config)
+    conductor = VllmConductor(config.conductor, config.workers)
     t = time.perf_counter()
     await conductor.start()
     out: dict[str, Any] = {"model": str(model), "engine_start_s": round(time.perf_counter() - t, 1), "levels": []}

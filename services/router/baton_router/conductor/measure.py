@@ -64,7 +64,7 @@ def inner_ask(i: int, row: dict[str, str], worker: str) -> requests_pb2.ChatRequ
 
 async def measure(config: BatonConfig, rows: list[dict[str, str]], single: int, samples: int) -> dict:
     questions = [r["prompt"] for r in rows]
-    backend = build_backend(config)
+    backend = build_backend(config.conductor, config.workers)
     max_steps = config.conductor.max_steps
     started = time.perf_counter()
     await backend.start()

@@ -13,12 +13,13 @@ known here, so the propensity is unknown unless decoding is greedy (temperature 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 import httpx
 
 from baton.v1 import requests_pb2
 from baton_conductor import plan_json_schema
-from baton_platform.config import BatonConfig
+from baton_platform.config import ConductorConfig, WorkerConfig
 from baton_router.conductor.base import Proposal
 from baton_router.conductor.common import PlanPrompter, log_propensity
 
@@ -30,12 +31,13 @@ class ConductorServerError(RuntimeError):
 class OpenAIConductor:
     name = "openai"
 
-    def __init__(self, config: BatonConfig, client: httpx.AsyncClient | None = None) -> None:
-        settings = config.conductor.openai
+    def __init__(self, conductor: ConductorConfig, workers: Sequence[WorkerConfig],
+                 client: httpx.AsyncClient | None = None) -> None:
+        settings = conductor.openai
         if settings is None:
             raise ValueError("conductor.openai settings are missing")
         self.settings = settings
-        self.prompter = PlanPrompter(config)
+        self.prompter = PlanPrompter(conductor, workers)
         self._schemas = {b: plan_json_schema(b) for b in (self.prompter.bounds, self.prompter.inner_bounds)}
         headers = {}
         if settings.api_key_env:

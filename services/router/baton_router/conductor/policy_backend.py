@@ -16,13 +16,14 @@ import asyncio
 import logging
 import random
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from baton.v1 import requests_pb2, rewards_pb2
-from baton_platform.config import BatonConfig
+from baton_platform.config import PolicyConductorConfig, WorkerConfig
 from baton_workflow import Plan, policy_query, query_text
 
 if TYPE_CHECKING:  # scikit-learn and scipy load only when a policy does
@@ -53,22 +54,23 @@ class PolicyConductor:
     name = "policy"
     policy_kind = "fast"  # the PolicyUpdate kind this backend serves
 
-    def __init__(self, config: BatonConfig, rng: random.Random | None = None) -> None:
-        self._workers = [w.name for w in config.workers]
+    def __init__(self, settings: PolicyConductorConfig, workers: Sequence[WorkerConfig],
+                 rng: random.Random | None = None) -> None:
+        self._workers = [w.name for w in workers]
         # The trainer names models as the outcome data does (a sim worker's matrix column).
-        self._by_model = {(w.sim.column if w.sim and w.sim.column else w.model): w.name for w in config.workers}
+        self._by_model = {(w.sim.column if w.sim and w.sim.column else w.model): w.name for w in workers}
         self._model_of = {name: model for model, name in self._by_model.items()}
-        self._epsilon = config.conductor.policy.epsilon
-        self._share = config.conductor.policy.new_worker_share
-        price = {w.name: w.price.per_mtok for w in config.workers}
+        self._epsilon = settings.epsilon
+        self._share = settings.new_worker_share
+        price = {w.name: w.price.per_mtok for w in workers}
         self._price = {model: price[name] for model, name in self._by_model.items()}
         self._recent: deque[rewards_pb2.Reward] = deque(maxlen=RECENT_REWARDS)
         self._rng = rng or random.Random()
         self._np_rng = np.random.default_rng(self._rng.getrandbits(64))
         self._current: Loaded | None = None
         self.history: list[Loaded] = []
-        if config.conductor.policy.path:
-            self.load(str(config.conductor.policy.path), config.conductor.policy.version or "initial")
+        if settings.path:
+            self.load(str(settings.path), settings.version or "initial")
 
     @property
     def version(self) -> str:

@@ -27,13 +27,14 @@ import math
 import os
 import sys
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from baton.v1 import requests_pb2
 from baton_conductor import plan_grammar, plan_json_schema
-from baton_platform.config import BatonConfig, TransformersConductorConfig
+from baton_platform.config import ConductorConfig, TransformersConductorConfig, WorkerConfig
 from baton_router.conductor.base import Proposal
 from baton_router.conductor.common import ConductorUnavailable, PlanPrompter, log_propensity
 
@@ -242,9 +243,9 @@ def _as_list(value) -> list[int]:
 class TransformersConductor:
     name = "transformers"
 
-    def __init__(self, config: BatonConfig) -> None:
-        self.settings = config.conductor.transformers
-        self.prompter = PlanPrompter(config)
+    def __init__(self, conductor: ConductorConfig, workers: Sequence[WorkerConfig]) -> None:
+        self.settings = conductor.transformers
+        self.prompter = PlanPrompter(conductor, workers)
         self._loaded: _Loaded | None = None
         self._loading: asyncio.Task | None = None
         self._queue: asyncio.Queue[_Pending] | None = None

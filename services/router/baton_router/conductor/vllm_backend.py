@@ -36,6 +36,7 @@ import logging
 import math
 import os
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -43,7 +44,7 @@ from typing import Any
 
 from baton.v1 import requests_pb2
 from baton_conductor import plan_grammar, plan_json_schema
-from baton_platform.config import BatonConfig
+from baton_platform.config import ConductorConfig, WorkerConfig
 from baton_router.conductor.base import Proposal
 from baton_router.conductor.common import ConductorUnavailable, PlanPrompter, log_propensity
 
@@ -100,12 +101,13 @@ class VllmConductor:
     name = "vllm"
     policy_kind = "lora"  # the PolicyUpdate kind this backend serves
 
-    def __init__(self, config: BatonConfig, *, engine: Any = None, api: SimpleNamespace | None = None) -> None:
-        settings = config.conductor.vllm
+    def __init__(self, conductor: ConductorConfig, workers: Sequence[WorkerConfig], *, engine: Any = None,
+                 api: SimpleNamespace | None = None) -> None:
+        settings = conductor.vllm
         if settings is None:
             raise ValueError("conductor.vllm settings are missing")
         self.settings = settings
-        self.prompter = PlanPrompter(config)
+        self.prompter = PlanPrompter(conductor, workers)
         # One constraint for user requests and one (admitting the empty plan) for inner calls; grammars
         # are bounded by the token limit, so that no plan can be cut off mid-way.
         bounds = (self.prompter.bounds, self.prompter.inner_bounds)
