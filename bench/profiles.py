@@ -147,7 +147,8 @@ def top_functions(stacks: Stacks, n: int = 10) -> list[dict]:
             for f, c in own.most_common(n)]
 
 
-_DISPATCH = ("Handle._run (asyncio/events.py)", "Thread.run (threading.py)", "_WorkItem.run (concurrent/futures/thread.py)")
+_DISPATCH = ("BaseEventLoop._run_once (asyncio/base_events.py)", "Handle._run (asyncio/events.py)",
+             "Thread.run (threading.py)", "_WorkItem.run (concurrent/futures/thread.py)")
 
 
 def _work(frames: tuple[str, ...]) -> tuple[str, ...]:
@@ -171,18 +172,23 @@ def top_total(stacks: Stacks, n: int = 10, *, exclude: tuple[str, ...] = ()) -> 
     return [{"function": f, "total": round(c / total, 4)} for f, c in anywhere.most_common(n)]
 
 
-def by_package(stacks: Stacks) -> list[dict]:
-    """Per top-level module: self time (its frame was running: which library the CPU went into) and
-    total time (one of its frames was on the stack: what that library's work cost, callees included)."""
+def _stdlib(package: str) -> bool:
+    return package in sys.stdlib_module_names or package.startswith("<frozen")
+
+
+def by_library(stacks: Stacks) -> list[dict]:
+    """Self time per library, the standard library's frames counted to the library that called them:
+    a queue's `Condition.notify` is the cost of whoever put into the queue, a `Mapping.get` that of
+    whoever looked up. What is left to `asyncio` is the event loop's own work."""
     total = sum(stacks.values()) or 1
     own: Counter[str] = Counter()
-    anywhere: Counter[str] = Counter()
     for frames, count in stacks.items():
-        own[_package(frames[-1]) if frames else "?"] += count
-        for package in {_package(f) for f in _work(frames)}:
-            anywhere[package] += count
-    return [{"package": p, "self": round(own[p] / total, 4), "total": round(c / total, 4)}
-            for p, c in anywhere.most_common()]
+        work = _work(frames)
+        packages = [_package(f) for f in work]
+        # Nothing but the standard library below the dispatch: the loop (or a thread) running itself.
+        owner = next((p for p in reversed(packages) if not _stdlib(p)), _package(frames[-1]) if frames else "?")
+        own[owner] += count
+    return [{"library": p, "self": round(c / total, 4)} for p, c in own.most_common()]
 
 
 # --- flame graph --------------------------------------------------------------------------------

@@ -358,17 +358,13 @@ def _profile(data: dict, results: Path, plt) -> list[str]:
               "(protobuf, the JSON encoder, hashing) counts as self time of the Python function that called it. "
               "Raw stacks (`profile-<process>.txt`, flame graph collapsed format) sit beside this report.", ""]
     for name, p in data["profiles"].items():
-        framework = set(data.get("framework", ()))
-        own = sorted(p["by_package"], key=lambda x: -x["self"])[:8]
-        under = [x for x in p["by_package"] if x["package"] not in framework][:10]
         measured = cpu["cpu_s"].get(name)
         lines += [f"### {name} — [flame graph]({p['flame_graph']}), {p['samples']} busy samples", "",
                   f"{p['waiting_samples']} samples were waits and are left out; the busy ones come to "
                   f"{_fmt(p['busy_s'], 2)} s against {_fmt(measured, 2)} s of CPU that /proc measured over the run, "
                   f"{_fmt(p['user_s'], 2)} s in user mode and {_fmt(p['system_s'], 2)} s in the kernel.", "",
-                  "Self time by module: " + ", ".join(f"{x['package']} {_pct(x['self'])}" for x in own) + ".", "",
-                  "Total time under each module (callees included; counted below the event loop's dispatch): "
-                  + ", ".join(f"{x['package']} {_pct(x['total'])}" for x in under) + ".", "",
+                  "By library (standard-library frames counted to their caller; `asyncio` is the loop's own "
+                  "work): " + ", ".join(f"{x['library']} {_pct(x['self'])}" for x in p["by_library"][:10]) + ".", "",
                   "| function (self) | self | total | most often called from |", "|:--|---:|---:|:--|"]
         for f in p["top_self"]:
             lines.append(f"| `{f['function']}` | {_pct(f['self'])} | {_pct(f['total'])} | `{f.get('via', '')}` |")

@@ -344,14 +344,14 @@ def bench_profile(plan: Plan, url: str, meter: CpuMeter, receiver: SpanReceiver,
                            "busy_s": round(sum(stacks.values()) / plan.profile_hz, 2), "flame_graph": f"flame-{name}.svg",
                            "collapsed": path.name, "top_self": profiles.top_functions(stacks),
                            "top_total": profiles.top_total(stacks, exclude=FRAMEWORK),
-                           "by_package": profiles.by_package(stacks)[:20]}
+                           "by_library": profiles.by_library(stacks)[:12]}
     s = out["summary"]
     hops = hop_table(spans)
     result = {"rate": rate, "duration_s": plan.profile_s, "py_spy_hz": plan.profile_hz,
               "trace_sample": plan.trace_sample, "summary": s, "cpu": cpu,
               "cpu_ms_per_workflow": {n: round(v * 1000 / max(cpu["requests"], 1), 2) for n, v in cpu["cpu_s"].items()},
               "profiler_cores": round(profiler_s / cpu["wall_s"], 2), "load_average": [load_before, os.getloadavg()],
-              "profiles": procs_out, "profile_errors": errors, "hops": hops, "framework": FRAMEWORK}
+              "profiles": procs_out, "profile_errors": errors, "hops": hops}
     emit({"bench": "profile", "kind": "summary", "rate": rate, "p50_ms": s["p50_ms"], "p99_ms": s["p99_ms"],
           "cpu_ms_per_workflow": result["cpu_ms_per_workflow"], "traced_workflows": hops["workflows"],
           "profile_errors": errors})
