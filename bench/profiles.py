@@ -14,7 +14,6 @@ are still waits; `busy_s` (busy samples ÷ rate) can be held against the CPU /pr
 from __future__ import annotations
 
 import html
-import os
 import re
 import shutil
 import subprocess
@@ -63,16 +62,6 @@ class Recorder:
                 last = (err or "").strip().splitlines()
                 errors[name] = last[-1] if last else f"py-spy exited {child.returncode}"
         return errors
-
-
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def user_system_s(pid: int) -> tuple[float, float]:
-    """CPU seconds a process has spent in user mode and in the kernel (its own threads, not children)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) / _TICK, int(fields[12]) / _TICK
 
 
 _SHORT = re.compile(r"^.*/site-packages/|^.*?/lib/python3\.\d+/|^.*?/(?=baton(?:_\w+)?/)")

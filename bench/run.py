@@ -43,6 +43,7 @@ from procs import (
     litellm_ready_url,
     start_litellm,
     start_standin,
+    user_system_s,
     wait_http_ok,
 )
 from traces import SpanReceiver, hop_table
@@ -322,9 +323,9 @@ def bench_profile(plan: Plan, url: str, meter: CpuMeter, receiver: SpanReceiver,
     load_before = os.getloadavg()
     # The recorders sample the whole run, warm-up included: every second of it is under the same load.
     recorder = profiles.Recorder(RESULTS, pids, plan.profile_s + load.warmup_s - 0.5, plan.profile_hz)
-    modes0 = {name: profiles.user_system_s(pid) for name, pid in pids.items()}
+    modes0 = {name: user_system_s(pid) for name, pid in pids.items()}
     out, cpu = metered(meter, load)
-    modes1 = {name: profiles.user_system_s(pid) for name, pid in pids.items()}
+    modes1 = {name: user_system_s(pid) for name, pid in pids.items()}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     errors = recorder.wait()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
