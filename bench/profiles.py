@@ -149,14 +149,14 @@ def _work(frames: tuple[str, ...]) -> tuple[str, ...]:
     return frames
 
 
-def top_total(stacks: Stacks, n: int = 10, *, exclude: tuple[str, ...] = ()) -> list[dict]:
-    """The n functions with the most total time below the event loop's dispatch, whose module is not
-    one of `exclude`."""
+def top_total(stacks: Stacks, n: int = 10, *, prefix: str = "baton") -> list[dict]:
+    """The n functions of modules named `prefix`... (Baton's own) with the most total time: which of
+    its own steps the process's CPU went to, libraries below them included."""
     total = sum(stacks.values()) or 1
     anywhere: Counter[str] = Counter()
     for frames, count in stacks.items():
         for frame in set(_work(frames)):
-            if _package(frame) not in exclude:
+            if _package(frame).startswith(prefix):
                 anywhere[frame] += count
     return [{"function": f, "total": round(c / total, 4)} for f, c in anywhere.most_common(n)]
 
@@ -178,6 +178,16 @@ def by_library(stacks: Stacks) -> list[dict]:
         owner = next((p for p in reversed(packages) if not _stdlib(p)), _package(frames[-1]) if frames else "?")
         own[owner] += count
     return [{"library": p, "self": round(c / total, 4)} for p, c in own.most_common()]
+
+
+def summarise(path: Path, hz: int, title: str) -> dict:
+    """One process's recording: its flame graph (written beside the recording) and its rankings."""
+    stacks, waiting = busy(read_collapsed(path))
+    flame = path.with_name(path.name.replace("profile-", "flame-", 1)).with_suffix(".svg")
+    flame.write_text(flame_svg(stacks, title))
+    return {"samples": sum(stacks.values()), "waiting_samples": waiting, "busy_s": round(sum(stacks.values()) / hz, 2),
+            "flame_graph": flame.name, "collapsed": path.name, "top_self": top_functions(stacks),
+            "top_total": top_total(stacks), "by_library": by_library(stacks)[:12]}
 
 
 # --- flame graph --------------------------------------------------------------------------------

@@ -368,7 +368,7 @@ def _profile(data: dict, results: Path, plt) -> list[str]:
                   "| function (self) | self | total | most often called from |", "|:--|---:|---:|:--|"]
         for f in p["top_self"]:
             lines.append(f"| `{f['function']}` | {_pct(f['self'])} | {_pct(f['total'])} | `{f.get('via', '')}` |")
-        lines += ["", "Most total time (below the event loop's dispatch, asyncio and threading plumbing left out): "
+        lines += ["", "Baton's own functions by total time (what they called included): "
                   + "; ".join(f"`{f['function']}` {_pct(f['total'])}" for f in p["top_total"][:8]) + ".", ""]
     for name, err in data.get("profile_errors", {}).items():
         lines.append(f"- {name}: not profiled ({err})")

@@ -307,8 +307,6 @@ def judge(s: dict, p99_limit_ms: float) -> tuple[str, str]:
 
 # --- 3. where the time goes ----------------------------------------------------------------------
 
-# Modules whose total time says little (task steps, thread plumbing, context managers wrap everything).
-FRAMEWORK = ("asyncio", "threading", "concurrent", "selectors", "contextlib")
 EXPORT_WAIT_S = 6.0  # the services' BatchSpanProcessor exports every 5 s
 
 
@@ -337,15 +335,9 @@ def bench_profile(plan: Plan, url: str, meter: CpuMeter, receiver: SpanReceiver,
     for name, path in recorder.files.items():
         if name in errors:
             continue
-        stacks, waiting = profiles.busy(profiles.read_collapsed(path))
-        (RESULTS / f"flame-{name}.svg").write_text(profiles.flame_svg(stacks, f"{name} at {rate:g} workflows/s"))
         user, system = (b - a for a, b in zip(modes0[name], modes1[name]))
-        procs_out[name] = {"samples": sum(stacks.values()), "waiting_samples": waiting,
-                           "user_s": round(user, 2), "system_s": round(system, 2),
-                           "busy_s": round(sum(stacks.values()) / plan.profile_hz, 2), "flame_graph": f"flame-{name}.svg",
-                           "collapsed": path.name, "top_self": profiles.top_functions(stacks),
-                           "top_total": profiles.top_total(stacks, exclude=FRAMEWORK),
-                           "by_library": profiles.by_library(stacks)[:12]}
+        procs_out[name] = {**profiles.summarise(path, plan.profile_hz, f"{name} at {rate:g} workflows/s"),
+                           "user_s": round(user, 2), "system_s": round(system, 2)}
     s = out["summary"]
     hops = hop_table(spans)
     result = {"rate": rate, "duration_s": plan.profile_s, "py_spy_hz": plan.profile_hz,
