@@ -356,7 +356,11 @@ def _profile(data: dict, results: Path, plt) -> list[str]:
               "epoll, a condition wait, an idle worker thread or a blocking socket read are left out): "
               "*self* = that function was on top, *total* = anywhere on the stack. Time inside a C extension "
               "(protobuf, the JSON encoder, hashing) counts as self time of the Python function that called it. "
-              "Raw stacks (`profile-<process>.txt`, flame graph collapsed format) sit beside this report.", ""]
+              "Raw stacks (`profile-<process>.txt`, flame graph collapsed format) sit beside this report. py-spy "
+              "samples wall time: a thread the kernel preempted while it held the GIL (more runnable threads than "
+              "cores) is sampled where it stopped, for as long as it waits, so busy samples can exceed the CPU "
+              "/proc measured (each process shows both) and a share under ~5% from one short run may be a single "
+              "preemption: pool the stacks of several runs before acting on it.", ""]
     for name, p in data["profiles"].items():
         measured = cpu["cpu_s"].get(name)
         lines += [f"### {name} — [flame graph]({p['flame_graph']}), {p['samples']} busy samples", "",
