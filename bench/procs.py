@@ -118,6 +118,18 @@ def litellm_ready_url(base_url: str) -> str:
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
+def _stat(pid: int | str) -> list[str]:
+    """/proc/PID/stat after the command name: state, ppid, ... (utime is field 14 and stime 15 of stat(5))."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()
+
+
+def user_system_s(pid: int) -> tuple[float, float]:
+    """CPU seconds a process has spent in user mode and in the kernel (its own threads, not children)."""
+    fields = _stat(pid)
+    return int(fields[11]) / _TICK, int(fields[12]) / _TICK
+
+
 def _proc_table() -> dict[int, tuple[int, float]]:
     """pid -> (parent pid, CPU seconds used) for every process visible in /proc."""
     table = {}
@@ -125,11 +137,9 @@ def _proc_table() -> dict[int, tuple[int, float]]:
         if not entry.isdigit():
             continue
         try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+            fields = _stat(entry)
         except OSError:
             continue
-        # After the command name: state, ppid, ... utime is field 14 and stime 15 of stat(5).
         table[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICK)
     return table
 

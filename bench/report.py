@@ -268,7 +268,7 @@ def _plot_throughput(data: dict, path: Path, plt) -> None:
 
 def _limits(data: dict, results: Path, plt) -> list[str]:
     lines = [
-        "## 3. Limits: executor replicas sharing a provider's request limit",
+        "## 4. Limits: executor replicas sharing a provider's request limit",
         "",
         f"The stand-in allows {data['limit_per_s'] * data['window_s']:g} requests in any sliding "
         f"{data['window_s']:g} s window ({data['limit_per_s']:g}/s) and answers 429 beyond that; it answers "
@@ -314,6 +314,71 @@ def _plot_limits(data: dict, path: Path, plt) -> None:
     plt.close(fig)
 
 
+def _pct(share: float) -> str:
+    return f"{share * 100:.1f}%"
+
+
+def _profile(data: dict, results: Path, plt) -> list[str]:
+    s, cpu, hops = data["summary"], data["cpu"], data["hops"]
+    lines = [
+        "## 3. Where the time goes: CPU profiles and per-hop latency",
+        "",
+        f"Steady open-loop load at **{_fmt(data['rate'], 0)} workflows/s** for {data['duration_s']:g} s (same plan and "
+        f"stand-in as above): {s['sent']} sent, {s['ok']} answered, p50 {_fmt(s['p50_ms'])} ms, p99 "
+        f"{_fmt(s['p99_ms'])} ms. Meanwhile py-spy sampled every service {data['py_spy_hz']} times a second "
+        f"without pausing it (costing {_fmt(data['profiler_cores'], 2)} cores itself), and the services exported "
+        f"the traces of {_pct(data['trace_sample'])} of workflows (`parentbased_traceidratio`) over OTLP/HTTP to "
+        "a receiver in the bench process, as a deployment with tracing on would. Load average before and after: "
+        + "; ".join(", ".join(f"{x:.2f}" for x in la) for la in data["load_average"]) + ".",
+        "",
+        "CPU per workflow (ms, from /proc: everything the process used over the run ÷ workflows answered, idle "
+        "background included) and share of one core:",
+        "",
+    ]
+    names = sorted(cpu["cpu_s"])
+    lines += ["| | " + " | ".join(names) + " |", "|:--|" + "---:|" * len(names),
+              "| CPU ms / workflow | " + " | ".join(_fmt(data["cpu_ms_per_workflow"][n], 2) for n in names) + " |",
+              "| share of a core | " + " | ".join(_fmt(cpu["core_share"][n], 2) for n in names) + " |", ""]
+    lines += [
+        f"**Per hop**, from {hops['workflows']} sampled workflows that took the usual path "
+        f"({hops['traces']} traces, {hops['spans']} spans collected). *in X* runs from X starting to handle a "
+        "message (the gateway: the HTTP request) to X starting to publish the next one; *X → Y (Kafka)* from X "
+        "starting to publish to Y starting to process: the producer's send and batching, the broker and Y's "
+        "poll. The last *in gateway* runs to the end of the HTTP span. *In executor* includes the provider "
+        f"call ({data['meta']['provider_latency_ms']} ms at the stand-in), shown again below it.",
+        "",
+        "| hop | p50 ms | p99 ms | mean ms |",
+        "|:--|---:|---:|---:|",
+    ]
+    for h in hops["hops"]:
+        lines.append(f"| {h['hop']} | {_fmt(h['p50_ms'], 2)} | {_fmt(h['p99_ms'], 2)} | {_fmt(h['mean_ms'], 2)} |")
+    lines += ["", "**Hot spots.** A share is of the samples in which that process was running (samples blocked in "
+              "epoll, a condition wait, an idle worker thread or a blocking socket read are left out): "
+              "*self* = that function was on top, *total* = anywhere on the stack. Time inside a C extension "
+              "(protobuf, the JSON encoder, hashing) counts as self time of the Python function that called it. "
+              "Raw stacks (`profile-<process>.txt`, flame graph collapsed format) sit beside this report. py-spy "
+              "samples wall time: a thread the kernel preempted while it held the GIL (more runnable threads than "
+              "cores) is sampled where it stopped, for as long as it waits, so busy samples can exceed the CPU "
+              "/proc measured (each process shows both) and a share under ~5% from one short run may be a single "
+              "preemption: pool the stacks of several runs before acting on it.", ""]
+    for name, p in data["profiles"].items():
+        measured = cpu["cpu_s"].get(name)
+        lines += [f"### {name} — [flame graph]({p['flame_graph']}), {p['samples']} busy samples", "",
+                  f"{p['waiting_samples']} samples were waits and are left out; the busy ones come to "
+                  f"{_fmt(p['busy_s'], 2)} s against {_fmt(measured, 2)} s of CPU that /proc measured over the run, "
+                  f"{_fmt(p['user_s'], 2)} s in user mode and {_fmt(p['system_s'], 2)} s in the kernel.", "",
+                  "By library (standard-library frames counted to their caller; `asyncio` is the loop's own "
+                  "work): " + ", ".join(f"{x['library']} {_pct(x['self'])}" for x in p["by_library"][:10]) + ".", "",
+                  "| function (self) | self | total | most often called from |", "|:--|---:|---:|:--|"]
+        for f in p["top_self"]:
+            lines.append(f"| `{f['function']}` | {_pct(f['self'])} | {_pct(f['total'])} | `{f.get('via', '')}` |")
+        lines += ["", "Baton's own functions by total time (what they called included): "
+                  + "; ".join(f"`{f['function']}` {_pct(f['total'])}" for f in p["top_total"][:8]) + ".", ""]
+    for name, err in data.get("profile_errors", {}).items():
+        lines.append(f"- {name}: not profiled ({err})")
+    return lines + [""]
+
+
 def _summary(present: dict) -> list[str]:
     lines = ["## Summary", ""]
     if "overhead" in present:
@@ -328,6 +393,11 @@ def _summary(present: dict) -> list[str]:
         t = present["throughput"]
         lines.append(f"- Max sustained throughput: **{_fmt(t['max_sustained_rps'], 0)} workflows/s** "
                      f"(stopped by: {t['stopped_by']})")
+    if "profile" in present:
+        pr = present["profile"]
+        per = pr["cpu_ms_per_workflow"]
+        lines.append(f"- CPU ms per workflow at {_fmt(pr['rate'], 0)}/s: "
+                     + ", ".join(f"{n} {_fmt(v, 2)}" for n, v in sorted(per.items(), key=lambda kv: -kv[1])))
     if "limits" in present:
         lim = present["limits"]
         parts = [f"{r['replicas']} → {_fmt(r['observed_rps'], 2)}/s, {r['rate_limited_429']} × 429"
@@ -340,7 +410,7 @@ def _summary(present: dict) -> list[str]:
 
 
 def render(results: Path, echo=print) -> Path | None:
-    parts = {name: _load(results, name) for name in ("overhead", "throughput", "limits")}
+    parts = {name: _load(results, name) for name in ("overhead", "throughput", "profile", "limits")}
     present = {k: v for k, v in parts.items() if v}
     if not present:
         echo(f"no results in {results}: run bench/run.py first")
@@ -362,7 +432,8 @@ def render(results: Path, echo=print) -> Path | None:
         "",
     ]
     lines += _summary(present)
-    for name, build in (("overhead", _overhead), ("throughput", _throughput), ("limits", _limits)):
+    for name, build in (("overhead", _overhead), ("throughput", _throughput), ("profile", _profile),
+                        ("limits", _limits)):
         if name in present:
             section = build(present[name], results, plt)
             m = present[name]["meta"]

@@ -1,8 +1,10 @@
-"""Baton's benchmarks: overhead against LiteLLM, sustained throughput, and provider limits.
+"""Baton's benchmarks: overhead against LiteLLM, sustained throughput, where the time goes (CPU profiles
+and per-hop latency from trace spans), and provider limits.
 
     .venv/bin/python bench/run.py            # everything, about 10 minutes
     .venv/bin/python bench/run.py --quick    # a short run, about 3 minutes
     .venv/bin/python bench/run.py --only overhead,limits
+    .venv/bin/python bench/run.py --only profile --profile-rate 30   # profiles and per-hop latency only
     .venv/bin/python bench/run.py --report-only   # redraw REPORT.md from the last JSON files
 
 Writes bench/results/<benchmark>.json, bench/results/REPORT.md with its PNG plots, and one JSON line
@@ -18,6 +20,7 @@ import json
 import math
 import os
 import platform
+import resource
 import shutil
 import subprocess
 import sys
@@ -28,6 +31,7 @@ from typing import Any
 
 import httpx
 import limits as limits_bench
+import profiles
 import report
 import ttft
 import yaml
@@ -39,8 +43,10 @@ from procs import (
     litellm_ready_url,
     start_litellm,
     start_standin,
+    user_system_s,
     wait_http_ok,
 )
+from traces import SpanReceiver, hop_table
 
 from baton_tools.kafka import LocalKafka
 from baton_tools.procs import free_port
@@ -50,10 +56,11 @@ from baton_tools.standins.server import configure_standin
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 RESULTS = BENCH / "results"
-BENCHMARKS = ("overhead", "throughput", "limits")
+BENCHMARKS = ("overhead", "throughput", "profile", "limits")
 
 PROVIDER_LATENCY_MS = 50  # the stand-in's fixed answer time in the overhead and throughput runs
 PARTITIONS = 8
+DEFAULT_PROFILE_RATE = 20.0  # workflows/s to profile at when no throughput run found the maximum
 
 
 _T0 = time.monotonic()
@@ -88,6 +95,10 @@ class Plan:
         self.limit_offered_s = 2.0 if quick else 6.0
         self.replicas = [1, 2, 3]
         self.ttft_requests = 10 if quick else 30
+        self.profile_s = 15.0 if quick else 40.0
+        self.profile_rate = args.profile_rate  # None: the highest rate the throughput run sustained
+        self.profile_hz = 97  # py-spy samples per second per process; off any round timer period
+        self.trace_sample = args.trace_sample
 
     def overhead_duration(self, rate: float) -> float:
         """Measured seconds per target: ~120+ samples at low rates, bounded so the run stays short."""
@@ -294,7 +305,53 @@ def judge(s: dict, p99_limit_ms: float) -> tuple[str, str]:
     return "pass", f"all {s['sent']} answered, p99 {s['p99_ms']} ms"
 
 
-# --- 3. limits ---------------------------------------------------------------------------------------
+# --- 3. where the time goes ----------------------------------------------------------------------
+
+EXPORT_WAIT_S = 6.0  # the services' BatchSpanProcessor exports every 5 s
+
+
+def bench_profile(plan: Plan, url: str, meter: CpuMeter, receiver: SpanReceiver, pids: dict[str, int],
+                  rate: float) -> dict:
+    """Steady load at one rate with py-spy on every service and sampled traces collected."""
+    load = Load(url=url, model="baton", rate=rate, duration_s=plan.profile_s, warmup_s=1.0,
+                timeout_s=plan.request_timeout_s + 5, seed=7, procs=plan.client_procs(rate))
+    echo(f"profile: {rate:g} workflows/s for {plan.profile_s:g} s, py-spy on {len(pids)} processes ...")
+    receiver.take()
+    receiver.collecting = True
+    load_before = os.getloadavg()
+    # The recorders sample the whole run, warm-up included: every second of it is under the same load.
+    recorder = profiles.Recorder(RESULTS, pids, plan.profile_s + load.warmup_s - 0.5, plan.profile_hz)
+    modes0 = {name: user_system_s(pid) for name, pid in pids.items()}
+    out, cpu = metered(meter, load)
+    modes1 = {name: user_system_s(pid) for name, pid in pids.items()}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    errors = recorder.wait()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    profiler_s = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    time.sleep(EXPORT_WAIT_S)
+    receiver.collecting = False
+    spans = receiver.take()
+    procs_out = {}
+    for name, path in recorder.files.items():
+        if name in errors:
+            continue
+        user, system = (b - a for a, b in zip(modes0[name], modes1[name]))
+        procs_out[name] = {**profiles.summarise(path, plan.profile_hz, f"{name} at {rate:g} workflows/s"),
+                           "user_s": round(user, 2), "system_s": round(system, 2)}
+    s = out["summary"]
+    hops = hop_table(spans)
+    result = {"rate": rate, "duration_s": plan.profile_s, "py_spy_hz": plan.profile_hz,
+              "trace_sample": plan.trace_sample, "summary": s, "cpu": cpu,
+              "cpu_ms_per_workflow": {n: round(v * 1000 / max(cpu["requests"], 1), 2) for n, v in cpu["cpu_s"].items()},
+              "profiler_cores": round(profiler_s / cpu["wall_s"], 2), "load_average": [load_before, os.getloadavg()],
+              "profiles": procs_out, "profile_errors": errors, "hops": hops}
+    emit({"bench": "profile", "kind": "summary", "rate": rate, "p50_ms": s["p50_ms"], "p99_ms": s["p99_ms"],
+          "cpu_ms_per_workflow": result["cpu_ms_per_workflow"], "traced_workflows": hops["workflows"],
+          "profile_errors": errors})
+    return result
+
+
+# --- 4. limits ---------------------------------------------------------------------------------------
 
 
 def bench_limits(plan: Plan, bootstrap: str, work: Path, logs: Path) -> dict:
@@ -357,6 +414,10 @@ def run(args: argparse.Namespace, argv: list[str]) -> None:
     unknown = set(wanted) - set(BENCHMARKS)
     if unknown:
         raise SystemExit(f"unknown benchmark(s) {sorted(unknown)}; choose from {', '.join(BENCHMARKS)}")
+    if not 0.0 <= plan.trace_sample <= 1.0:
+        raise SystemExit(f"--trace-sample must be between 0 and 1, not {plan.trace_sample:g}")
+    if "profile" in wanted and profiles.py_spy() is None:
+        raise SystemExit("py-spy not found: `make install` installs it into .venv")
     RESULTS.mkdir(parents=True, exist_ok=True)
     work = RESULTS / "work"
     shutil.rmtree(work, ignore_errors=True)
@@ -367,7 +428,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> None:
     echo(f"results in {RESULTS}; logs in {logs}")
 
     with contextlib.ExitStack() as cleanup:
-        http = "overhead" in wanted or "throughput" in wanted
+        http = bool({"overhead", "throughput", "profile"} & set(wanted))
         litellm = None
         if http:
             standin, standin_url = start_standin(logs, latency_ms=PROVIDER_LATENCY_MS)
@@ -384,8 +445,14 @@ def run(args: argparse.Namespace, argv: list[str]) -> None:
 
         if http:
             config = baton_config(work / "baton.yaml", standin_url, plan.request_timeout_s)
+            receiver = SpanReceiver().start()
+            cleanup.callback(receiver.stop)
+            # Traces as a deployment with tracing on exports them: a sampled share of workflows, whole.
+            tracing = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+                       "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+                       "OTEL_TRACES_SAMPLER_ARG": str(plan.trace_sample)}
             baton = Stack(work / "stack", config_file=config, gateway_port=free_port(),
-                          bootstrap_servers=kafka.bootstrap_servers, env={"OTEL_TRACES_EXPORTER": "none"})
+                          bootstrap_servers=kafka.bootstrap_servers, env=tracing)
             baton.start(echo=echo)
             cleanup.callback(baton.stop)
             roots = {"kafka": kafka.pid, "standin": standin.pid, **{s.name: s.pid for s in baton.services}}
@@ -408,9 +475,16 @@ def run(args: argparse.Namespace, argv: list[str]) -> None:
             if litellm is not None:
                 litellm.stop()
                 meter.roots.pop("litellm", None)
+            sustained = None
             if "throughput" in wanted:
                 data = bench_throughput(plan, baton.base_url, meter)
                 write_json("throughput", meta, data)
+                sustained = data["max_sustained_rps"]
+            if "profile" in wanted:
+                rate = plan.profile_rate or sustained or DEFAULT_PROFILE_RATE
+                pids = {s.name: s.pid for s in baton.services if s.pid}
+                data = bench_profile(plan, baton.base_url, meter, receiver, pids, rate)
+                write_json("profile", meta, data)
             baton.stop()
             standin.stop()
 
@@ -435,6 +509,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="throughput: a step whose p99 exceeds this has not kept latency bounded")
     p.add_argument("--targets", default="direct,baton,litellm",
                    help="overhead: which of direct, baton, litellm to measure (direct is always needed)")
+    p.add_argument("--profile-rate", type=float, default=None,
+                   help="profile: workflows/s to profile at (default: the throughput run's maximum, else "
+                        f"{DEFAULT_PROFILE_RATE:g})")
+    p.add_argument("--trace-sample", type=float, default=0.1,
+                   help="share of workflows whose traces the services export (parentbased_traceidratio)")
     p.add_argument("--report-only", action="store_true", help="redraw REPORT.md and plots from the JSON files")
     args = p.parse_args(argv)
     if args.report_only:
