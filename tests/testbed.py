@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import yaml
-from faststream.kafka import KafkaMessage
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = REPO / "config" / "baton.yaml"
@@ -271,7 +270,7 @@ class Bus:
             taps = {t: await stack.enter_async_context(Tap(self.bootstrap, t)) for t in tapped}
             if self.bootstrap is None:
                 for tap in taps.values():
-                    broker.subscriber(tap.topic)(_keeper(tap))
+                    broker.subscriber(tap.topic)(_keeper(tap, broker))
                 stack.enter_context(_offsets_in_order())
                 await stack.enter_async_context(TestKafkaBroker(broker))
             if hasattr(app, "broker"):
@@ -336,8 +335,8 @@ async def _positioned(broker, timeout: float = 30.0) -> None:
             await consumer.position(tp)
 
 
-def _keeper(tap: Tap):
-    async def keep(msg: KafkaMessage) -> None:
-        tap.records.append(msg.raw_message)
+def _keeper(tap: Tap, broker):
+    async def keep(body: bytes) -> None:
+        tap.records.append(broker.context.get_local("message").raw_message)
 
     return keep

@@ -10,7 +10,7 @@ import time
 from types import SimpleNamespace
 
 from aiokafka import TopicPartition
-from faststream.kafka import KafkaMessage, TestKafkaBroker
+from faststream.kafka import TestKafkaBroker
 
 from baton.v1 import common_pb2, requests_pb2, responses_pb2, workflow_pb2
 from baton_platform import topics
@@ -33,8 +33,8 @@ async def wiring(write_config):
     responses: list[responses_pb2.Response] = []
 
     @service.broker.subscriber(topics.RESPONSES)
-    async def tap(msg: KafkaMessage):
-        responses.append(responses_pb2.Response.FromString(msg.body))
+    async def tap(body: bytes):
+        responses.append(responses_pb2.Response.FromString(body))
 
     async with TestKafkaBroker(service.broker):
         yield w, responses, service

@@ -46,7 +46,6 @@ from typing import Any, Generic, TypeVar
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
 from faststream import AckPolicy
 from faststream.kafka import KafkaBroker, KafkaMessage
-from faststream.kafka.annotations import KafkaMessage as CurrentMessage
 from google.protobuf.message import Message
 
 from baton.v1 import dead_letter_pb2
@@ -153,8 +152,11 @@ class Consumer(ConsumerRebalanceListener, Generic[M]):
             title=f"{topic}:{service}", description=f"{description} {_described(kind)}".strip(),
             **options)
 
-        async def on_record(body: bytes, msg: CurrentMessage) -> None:  # `body: bytes` documents the payload
-            await self.consume(msg)
+        async def on_record(body: bytes) -> None:  # `body: bytes` documents the payload
+            # The message (partition, offset, key) from FastStream's context, read directly: as an
+            # injected parameter it would cost a worker-thread round trip per record. (The broker's
+            # context is the application's once one runs it: looked up per record.)
+            await self.consume(broker.context.get_local("message"))
 
         self.subscriber(on_record)
         if tracked:

@@ -48,6 +48,9 @@ def make_broker(cfg: KafkaConfig, *, client_id: str, tracer_provider: TracerProv
         enable_idempotence=True,
         acks="all",
         allow_auto_create_topics=False,
+        # Handlers take the raw body and decode it themselves (baton_platform.consumer): no dependency
+        # injection or pydantic casting per record.
+        apply_types=False,
         # Per-message processing logs go to DEBUG; warnings and errors still surface.
         log_level=logging.DEBUG,
     )

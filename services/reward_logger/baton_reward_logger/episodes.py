@@ -122,24 +122,24 @@ class DatasetWriter:
         final = f"{self.root}/date={day}/{self.topic}-p{partition}-{first:012d}-{last:012d}.parquet"
         table = pa.Table.from_pylist([r.row for r in records], schema=self.schema)
         if self.local:
-            self._write_local(table, Path(final), partition, first, last)
+            self._write_local(table, Path(final), partition, first, last, day)
             return final
         buffer = pa.BufferOutputStream()
         pq.write_table(table, buffer)
-        self._drop_replaced(partition, first, last, keep=final)
+        self._drop_replaced(partition, first, last, day, keep=final)
         # An object store has no atomic rename (S3 copies then deletes), but it publishes a PUT whole
         # or not at all: write the final name in one call, and the file is durable once it returns.
         self.fs.pipe_file(final, buffer.getvalue().to_pybytes())
         return self.fs.unstrip_protocol(final)
 
-    def _write_local(self, table: pa.Table, final: Path, partition: int, first: int, last: int) -> None:
+    def _write_local(self, table: pa.Table, final: Path, partition: int, first: int, last: int, day: str) -> None:
         folder = final.parent
         folder.mkdir(parents=True, exist_ok=True)
         tmp = folder / f".{final.name}.tmp"
         pq.write_table(table, tmp)
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
-        self._drop_replaced(partition, first, last, keep=str(final))
+        self._drop_replaced(partition, first, last, day, keep=str(final))
         os.replace(tmp, final)
         dir_fd = os.open(folder, os.O_RDONLY)
         try:
@@ -147,13 +147,17 @@ class DatasetWriter:
         finally:
             os.close(dir_fd)
 
-    def _drop_replaced(self, partition: int, first: int, last: int, keep: str) -> None:
+    def _drop_replaced(self, partition: int, first: int, last: int, day: str, keep: str) -> None:
         # Files from before a crash that start inside this run hold records this file now has (or
         # that the rest of the re-read will write again): remove them so no record is kept twice.
-        # List afresh, not from a cached listing: another replica may have owned this partition.
+        # Such a file is named by its first record, one of this run's, so it lies in the folder of
+        # this run's first day or a later one (a run rarely spans midnight): listing those, not the
+        # whole dataset, keeps a flush's cost flat as the dataset grows. List afresh, not from a
+        # cached listing: another replica may have owned this partition.
         self.fs.invalidate_cache(self.root)
         prefix = f"{self.topic}-p{partition}-"
-        for old in self.fs.find(self.root):
+        folders = [f for f in self.fs.glob(f"{self.root}/date=*") if posixpath.basename(f) >= f"date={day}"]
+        for old in (path for folder in folders for path in self.fs.ls(folder, detail=False)):
             name = posixpath.basename(old)
             if not (name.startswith(prefix) and name.endswith(".parquet")) or old == keep:
                 continue
