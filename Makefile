@@ -55,7 +55,7 @@ test-fast: install ## Tests without a broker, service processes or the vLLM engi
 chaos: install kafka ## Kill -9 and restart each service, then the broker, under load; print a table per fault (~2-4 min; also in `make test`)
 	$(PY) -m pytest tests/e2e/test_chaos.py -s $(PYTEST_ARGS)
 
-bench: install kafka ## Benchmarks: overhead vs LiteLLM, throughput, provider limits (BENCH_ARGS=--quick: ~3 min)
+bench: install kafka ## Benchmarks: overhead vs LiteLLM, throughput, CPU profiles and per-hop latency, provider limits (BENCH_ARGS=--quick: ~3 min)
 	$(PY) bench/run.py $(BENCH_ARGS)
 
 demo: install kafka vllm ## Start everything, ask real questions through the gateway, print answers and workflows, stop
