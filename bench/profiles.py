@@ -64,7 +64,8 @@ class Recorder:
         return errors
 
 
-_SHORT = re.compile(r"^.*/site-packages/|^.*?/lib/python3\.\d+/|^.*?/(?=baton(?:_\w+)?/)")
+# The last `baton*/` directory is the package's: a checkout is often itself named `baton`.
+_SHORT = re.compile(r"^.*/site-packages/|^.*?/lib/python3\.\d+/|^.*/(?=baton(?:_\w+)?/)")
 
 
 def _short(frame: str) -> str:
