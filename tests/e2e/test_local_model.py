@@ -16,8 +16,7 @@ import pytest
 import yaml
 from testbed import MMLU_PRO, default_config_data
 
-from baton_tools.model_servers import port_in_use
-from baton_tools.procs import free_port, group_alive
+from baton_tools.procs import free_port, group_alive, port_open
 from baton_tools.stack import Stack
 
 pytestmark = pytest.mark.timeout(1500)
@@ -84,4 +83,4 @@ def test_a_question_the_matrix_lacks_is_answered_by_the_real_model(kafka_bootstr
     assert (recorded["worker"], recorded["attempt"]) == (LOCAL, 2)
     # Stopping the stack stopped the model server and every process it started.
     assert not group_alive(model_server.pid)
-    assert not port_in_use(port)
+    assert not port_open(port)

