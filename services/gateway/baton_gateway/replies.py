@@ -2,13 +2,17 @@
 
 Each replica reads only the partitions of baton.responses the consumer group gives it, and asks for
 its answers on one of them (the request's reply_partition), so replicas scale without each reading
-every response.
+every response. A rebalance (a replica starting or stopping, a rolling upgrade) can give a partition
+to another replica while requests here still wait on it: `assigned` reports such partitions, and
+the gateway reads their replies without the group (baton_gateway.handover) until none waits.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import time
+from collections.abc import Callable
 
 from baton.v1 import responses_pb2
 
@@ -19,15 +23,29 @@ INTERIM = ("progress", "delta")
 class Replies:
     def __init__(self) -> None:
         self._pending: dict[str, asyncio.Queue[responses_pb2.Response]] = {}
+        # Each waiting request's reply partition and when it was asked (unix ms).
+        self._asked: dict[str, tuple[int, int]] = {}
         self._partitions: list[int] = []
+        self._revoked: set[int] = set()
         self._turn = itertools.count()
+        self.on_lost: Callable[[set[int]], None] | None = None
 
-    # Rebalance hooks of the reply consumer.
+    # Rebalance hooks of the reply consumer. While the group rebalances, new requests still ask on the
+    # partitions held before: a partition that then goes elsewhere is handed over like the others,
+    # and the client gets its answer instead of a 503 for the length of the rebalance.
     async def revoked(self, revoked) -> None:
-        self._partitions = []
+        self._revoked |= {tp.partition for tp in revoked}
 
     async def assigned(self, assigned) -> None:
         self._partitions = sorted(tp.partition for tp in assigned)
+        lost = {p for p in self._revoked - set(self._partitions) if self.oldest_on({p}) is not None}
+        self._revoked = set()
+        if lost and self.on_lost is not None:
+            self.on_lost(lost)
+
+    def oldest_on(self, partitions: set[int]) -> int | None:
+        """When the oldest request still waiting on one of `partitions` was asked (unix ms), or None."""
+        return min((at for p, at in self._asked.values() if p in partitions), default=None)
 
     @property
     def owned(self) -> int:
@@ -42,14 +60,16 @@ class Replies:
         parts = self._partitions
         return parts[next(self._turn) % len(parts)] if parts else None
 
-    def expect(self, request_id: str) -> asyncio.Queue[responses_pb2.Response]:
+    def expect(self, request_id: str, partition: int) -> asyncio.Queue[responses_pb2.Response]:
         """A queue that receives the request's interim responses, then its final one."""
         queue: asyncio.Queue[responses_pb2.Response] = asyncio.Queue()
         self._pending[request_id] = queue
+        self._asked[request_id] = (partition, int(time.time() * 1000))
         return queue
 
     def abandon(self, request_id: str) -> None:
         self._pending.pop(request_id, None)
+        self._asked.pop(request_id, None)
 
     def deliver(self, response: responses_pb2.Response) -> bool:
         """Hand a response to its waiter. After the final one the request is forgotten, so a
@@ -59,6 +79,7 @@ class Replies:
             return False
         if response.WhichOneof("outcome") not in INTERIM:
             del self._pending[response.request_id]
+            self._asked.pop(response.request_id, None)
         queue.put_nowait(response)
         return True
 
