@@ -351,7 +351,7 @@ def run() -> None:
         app = create_app(config)
     except ConfigError as e:  # no usable key, a bad key entry: say which, and do not start
         raise SystemExit(f"baton-gateway: {e}") from None
-    serve(app, config.gateway.host, config.gateway.port)
+    serve(app, config.gateway.host, config.gateway.port, drain_s=config.gateway.shutdown_drain_s)
 
 
 if __name__ == "__main__":
