@@ -1,9 +1,10 @@
-"""Replies for requests this replica still waits on, read from partitions a rebalance gave to another.
+"""Replies for requests that were waiting when the gateway group rebalanced, read without the group.
 
-The group's new owner of such a partition drops those replies (it waits on none of them), so this
-replica reads the partitions itself, without the group, from shortly before its oldest request there
-was asked, until no request waits on them or the request timeout has passed. Replies read twice (by
-the group consumer before the rebalance and here) are dropped by `Replies.deliver`.
+A partition given to another replica: its new owner drops these replies (it waits on none of them).
+A partition that stayed: the group consumer may restart from its end, past a reply sent during the
+rebalance. So this replica reads those partitions itself, from shortly before the oldest of the
+requests was asked, until none of them waits or the request timeout has passed. Replies read twice
+are dropped by `Replies.deliver`.
 """
 
 from __future__ import annotations
@@ -28,14 +29,16 @@ CLOCK_SKEW_MS = 30_000
 
 
 class Handover:
-    def __init__(self, kafka: KafkaConfig, oldest_on: Callable[[set[int]], int | None],
+    def __init__(self, kafka: KafkaConfig, is_waiting: Callable[[str], bool],
                  handle: Callable[[responses_pb2.Response], Awaitable[None]], limit_s: float) -> None:
-        self._kafka, self._oldest_on, self._handle, self._limit_s = kafka, oldest_on, handle, limit_s
+        self._kafka, self._is_waiting, self._handle, self._limit_s = kafka, is_waiting, handle, limit_s
         self._tasks: set[asyncio.Task] = set()
 
-    def start(self, partitions: set[int]) -> None:
-        log.info("reading replies on baton.responses partitions %s, now another replica's", sorted(partitions))
-        task = asyncio.create_task(self._read(partitions))
+    def start(self, waiting: dict[str, tuple[int, int]]) -> None:
+        """Read the replies of `waiting` (request id: reply partition, asked at unix ms)."""
+        partitions = sorted({p for p, _ in waiting.values()})
+        log.info("reading baton.responses partitions %s again for %d waiting request(s)", partitions, len(waiting))
+        task = asyncio.create_task(self._read(partitions, set(waiting), min(at for _, at in waiting.values())))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -44,23 +47,21 @@ class Handover:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    async def _read(self, partitions: set[int]) -> None:
+    async def _read(self, partitions: list[int], ids: set[str], since_ms: int) -> None:
         deadline = time.monotonic() + self._limit_s
         consumer = AIOKafkaConsumer(group_id=None, enable_auto_commit=False, **client_options(self._kafka))
         try:
             await consumer.start()
-            parts = [TopicPartition(topics.RESPONSES, p) for p in sorted(partitions)]
+            parts = [TopicPartition(topics.RESPONSES, p) for p in partitions]
             consumer.assign(parts)
-            oldest = self._oldest_on(partitions)
-            if oldest is None:
-                return
-            starts = await consumer.offsets_for_times({tp: max(oldest - CLOCK_SKEW_MS, 0) for tp in parts})
+            # Ends first: a reply written after this lookup is at or past them, one written before it
+            # is found by the time lookup that follows.
+            ends = await consumer.end_offsets(parts)
+            starts = await consumer.offsets_for_times({tp: max(since_ms - CLOCK_SKEW_MS, 0) for tp in parts})
             for tp in parts:
-                if starts.get(tp) is None:
-                    await consumer.seek_to_end(tp)  # nothing since: the replies are yet to come
-                else:
-                    consumer.seek(tp, starts[tp].offset)
-            while self._oldest_on(partitions) is not None and time.monotonic() < deadline:
+                found = starts.get(tp)
+                consumer.seek(tp, found.offset if found is not None else ends[tp])
+            while any(self._is_waiting(r) for r in ids) and time.monotonic() < deadline:
                 batch = await consumer.getmany(timeout_ms=500)
                 for records in batch.values():
                     for record in records:
@@ -72,6 +73,6 @@ class Handover:
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("reading handed-over reply partitions %s failed", sorted(partitions))
+            log.exception("reading baton.responses partitions %s again failed", partitions)
         finally:
             await consumer.stop()

@@ -96,8 +96,8 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
             gate.settle(response.request_id, "", total.input_tokens, total.output_tokens, total.cost_usd)
         take(response)
 
-    handover = Handover(config.kafka, replies.oldest_on, on_handed_over, gw.request_timeout_s)
-    replies.on_lost = handover.start
+    handover = Handover(config.kafka, replies.is_waiting, on_handed_over, gw.request_timeout_s)
+    replies.on_rebalanced = handover.start
 
     # Each replica reads its share of the partitions, from their end: a reply is only ever for a
     # request this replica is waiting on now.

@@ -3,8 +3,10 @@
 Each replica reads only the partitions of baton.responses the consumer group gives it, and asks for
 its answers on one of them (the request's reply_partition), so replicas scale without each reading
 every response. A rebalance (a replica starting or stopping, a rolling upgrade) can give a partition
-to another replica while requests here still wait on it: `assigned` reports such partitions, and
-the gateway reads their replies without the group (baton_gateway.handover) until none waits.
+to another replica while requests here still wait on it, and a partition that stays may restart
+from its end (no offset committed yet) past a reply sent during the rebalance: after each one,
+`assigned` reports the requests still waiting, and the gateway reads their partitions again without
+the group (baton_gateway.handover) until none of them waits.
 """
 
 from __future__ import annotations
@@ -28,24 +30,24 @@ class Replies:
         self._partitions: list[int] = []
         self._revoked: set[int] = set()
         self._turn = itertools.count()
-        self.on_lost: Callable[[set[int]], None] | None = None
+        # Called after a rebalance with the requests waiting on the partitions it revoked.
+        self.on_rebalanced: Callable[[dict[str, tuple[int, int]]], None] | None = None
 
     # Rebalance hooks of the reply consumer. While the group rebalances, new requests still ask on the
-    # partitions held before: a partition that then goes elsewhere is handed over like the others,
-    # and the client gets its answer instead of a 503 for the length of the rebalance.
+    # partitions held before: they are among those reported once it ends, and the client gets its
+    # answer instead of a 503 for the length of the rebalance.
     async def revoked(self, revoked) -> None:
         self._revoked |= {tp.partition for tp in revoked}
 
     async def assigned(self, assigned) -> None:
         self._partitions = sorted(tp.partition for tp in assigned)
-        lost = {p for p in self._revoked - set(self._partitions) if self.oldest_on({p}) is not None}
+        waiting = {r: asked for r, asked in self._asked.items() if asked[0] in self._revoked}
         self._revoked = set()
-        if lost and self.on_lost is not None:
-            self.on_lost(lost)
+        if waiting and self.on_rebalanced is not None:
+            self.on_rebalanced(waiting)
 
-    def oldest_on(self, partitions: set[int]) -> int | None:
-        """When the oldest request still waiting on one of `partitions` was asked (unix ms), or None."""
-        return min((at for p, at in self._asked.values() if p in partitions), default=None)
+    def is_waiting(self, request_id: str) -> bool:
+        return request_id in self._pending
 
     @property
     def owned(self) -> int:
