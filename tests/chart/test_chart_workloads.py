@@ -181,6 +181,19 @@ def test_every_deployment_has_a_pod_disruption_budget(ci_file):
         assert len(matching) == 1, f"{d['metadata']['name']} is covered by {len(matching)} PDBs"
 
 
+def test_a_stopping_gateway_keeps_listening_until_the_service_stops_routing_to_it(tmp_path):
+    """Only the gateway takes connections through its Service; the others read Kafka and stop at once."""
+    deployments = {d["metadata"]["labels"]["app.kubernetes.io/component"]: d
+                   for d in by_kind(render((DEFAULT,)), "Deployment")}
+    hook = container(deployments.pop("gateway"))["lifecycle"]["preStop"]
+    assert hook == {"exec": {"command": ["sleep", "5"]}}
+    assert not [name for name, d in deployments.items() if "lifecycle" in container(d)]
+    values = tmp_path / "no-sleep.yaml"
+    values.write_text(yaml.safe_dump({"gateway": {"preStopSleepSeconds": 0}}))
+    (gateway,) = [d for d in by_kind(render((DEFAULT, str(values))), "Deployment") if d["metadata"]["name"].endswith("gateway")]
+    assert "lifecycle" not in container(gateway)
+
+
 def test_gpu_router_by_default_and_no_gpu_anywhere_on_cpu_only():
     default = render((DEFAULT,))
     (router,) = [d for d in by_kind(default, "Deployment") if container(d)["name"] == "router"]

@@ -128,3 +128,16 @@ async def test_a_revoked_task_still_waiting_for_its_turn_is_dropped_not_drained(
     published = [workflow_pb2.WorkflowEvent.FromString(b).step_completed.task_id for b in broker.published]
     assert published == ["r:1:1"], "only the call that had begun answers; the next owner runs the other"
     assert "r:0:1" not in c.done
+
+
+# Driven like the others: a shutdown while a call is held past the drain's bound.
+async def test_at_shutdown_a_call_that_outlasts_the_drain_is_dropped_and_no_new_task_starts(consumer):
+    broker, runner = Broker(), WaitingRunner()
+    c = consumer(broker, runner)
+    await c.consumer.consume(record(4, "r:0:1"))
+    runner.calling.add("r:0:1")  # its provider call has begun, and does not end within the drain
+    await c.drain()
+    assert not c.running, "nothing is left to fail once the provider clients close"
+    await c.consumer.consume(record(5, "r:1:1"))
+    assert runner.calls == 1, "no task starts once the executor stops"
+    assert c.tracker.committable()[TP] == 4 and not broker.published, "the next owner runs both"

@@ -33,6 +33,29 @@ def kubectl_json(*args: str) -> dict:
     return json.loads(kubectl(*args, "-o", "json"))
 
 
+def helm(*args: str, timeout: float = 1200) -> str:
+    done = subprocess.run([str(ROOT / ".tools" / "bin" / "helm"), "--kubeconfig", str(KUBECONFIG), "-n", NAMESPACE,
+                           *args], capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    if done.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} failed: {done.stderr.strip()}")
+    return done.stdout
+
+
+def release_deployments() -> list[str]:
+    """The Deployments the chart made (not the stand-in's)."""
+    items = kubectl_json("get", "deployments", "-l", f"app.kubernetes.io/instance={RELEASE}")["items"]
+    return sorted(d["metadata"]["name"] for d in items)
+
+
+def rolled_out(deployment: str) -> bool:
+    """Every replica runs the Deployment's current template and is Ready; no old pod is left."""
+    d = kubectl_json("get", "deployment", deployment)
+    want, status = d["spec"].get("replicas", 1), d["status"]
+    return (status.get("observedGeneration", 0) >= d["metadata"]["generation"]
+            and status.get("updatedReplicas", 0) == want and status.get("readyReplicas", 0) == want
+            and status.get("replicas", 0) == want)  # fmt: skip
+
+
 def gateway_url() -> str:
     return (STATE / "gateway-url").read_text().strip()
 
@@ -69,16 +92,23 @@ def wait_until(check, timeout: float, what: str) -> None:
 
 @dataclass
 class Load:
-    """Steady load: `workers` threads each send one chat request after another until stopped."""
+    """Steady load: `workers` threads each send one chat request after another until stopped, together
+    at most `rate` requests a second (None: as fast as answers come). Every request is counted: sent,
+    then answered or failed; none is retried."""
 
     workers: int = 3
+    rate: float | None = None
+    sent: int = 0
     ok: int = 0
+    started: float = 0.0
+    seconds: float = 0.0
     failures: list[str] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __enter__(self) -> Load:
+        self.started = time.monotonic()
         prompts = matrix_prompts()
         for n in range(self.workers):
             thread = threading.Thread(target=self._run, args=(prompts[n::self.workers],), daemon=True)
@@ -88,10 +118,14 @@ class Load:
 
     def _run(self, prompts: list[str]) -> None:
         chat = client()
+        gap = self.workers / self.rate if self.rate else 0.0
         i = 0
         while not self._stop.is_set():
             prompt = prompts[i % len(prompts)]
             i += 1
+            began = time.monotonic()
+            with self._lock:
+                self.sent += 1
             try:
                 reply = chat.chat.completions.create(model="baton", messages=[{"role": "user", "content": prompt}])
                 text = reply.choices[0].message.content or ""
@@ -101,14 +135,18 @@ class Load:
                     self.ok += 1
             except Exception as exc:  # noqa: BLE001 - every failure is counted and reported
                 with self._lock:
-                    self.failures.append(f"{type(exc).__name__}: {exc}"[:300])
+                    cause = f" ({type(exc.__cause__).__name__}: {exc.__cause__})" if exc.__cause__ else ""
+                    self.failures.append(f"{time.strftime('%H:%M:%S')} {type(exc).__name__}: {exc}{cause}"[:300])
+            self._stop.wait(max(0.0, gap - (time.monotonic() - began)))
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout=200)
+        self.seconds = time.monotonic() - self.started
 
     def report(self, what: str) -> str:
-        line = f"{what}: {self.ok} answered, {len(self.failures)} failed"
+        line = (f"{what}: {self.sent} sent, {self.ok} answered, {len(self.failures)} failed "
+                f"in {self.seconds:.0f}s ({self.sent / self.seconds:.1f} req/s)")
         print(line)
         return line

@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import sys
+import time
 
 
 async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -30,7 +32,9 @@ async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> No
 async def relay(target_host: str, target_port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     try:
         upstream_reader, upstream_writer = await asyncio.open_connection(target_host, target_port)
-    except OSError:
+    except OSError as e:
+        # The client sees its connection closed; its log shows why (a pod that left the Service late).
+        print(f"{time.strftime('%H:%M:%S')} no connection to {target_host}:{target_port}: {e}", file=sys.stderr, flush=True)
         writer.close()
         return
     await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer))

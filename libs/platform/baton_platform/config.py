@@ -322,6 +322,11 @@ class _HttpService(_Strict):
 class GatewayConfig(_HttpService):
     port: int = Field(default=8080, ge=0, le=65535)
     request_timeout_s: float = Field(default=120.0, gt=0)
+    shutdown_drain_s: float = Field(
+        default=0.0, ge=0,
+        description="On SIGTERM, seconds the gateway goes on serving, each response closing its connection, "
+        "before it stops: clients' keep-alive connections move to other replicas after an answer instead of "
+        "being cut while idle (the chart sets 5).")
     max_body_bytes: int = Field(default=1_000_000, gt=0)
     max_messages: int = Field(default=256, gt=0)
     max_waiting: int = Field(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 import uvicorn
@@ -47,9 +48,56 @@ def metrics_endpoint(registry: CollectorRegistry):
     return metrics
 
 
-def serve(app, host: str, port: int) -> None:
-    """Run an ASGI app until SIGTERM/SIGINT; uvicorn drives the app's lifespan (broker start/stop)."""
+class _Server(uvicorn.Server):
+    """uvicorn's server, which on the first SIGTERM/SIGINT can first go on serving for `drain_s`
+    seconds, closing each connection after its response; then it stops as uvicorn does (it stops
+    listening, closes idle connections, lets requests in flight finish, runs the app's shutdown)."""
+
+    def __init__(self, config: uvicorn.Config, drain_s: float) -> None:
+        super().__init__(config)
+        self.drain_s = drain_s
+        self.draining_since: float | None = None
+
+    def handle_exit(self, sig, frame) -> None:
+        if self.drain_s > 0 and self.draining_since is None:
+            self.draining_since = time.monotonic()
+            return
+        super().handle_exit(sig, frame)  # a second signal stops at once
+
+    async def on_tick(self, counter: int) -> bool:
+        if self.draining_since is not None and time.monotonic() - self.draining_since >= self.drain_s:
+            self.should_exit = True
+        return await super().on_tick(counter)
+
+
+def _closing_when(draining: Callable[[], bool], app):
+    """`app`, whose HTTP responses say `Connection: close` while `draining()`."""
+
+    async def asgi(scope, receive, send):
+        if scope["type"] != "http" or not draining():
+            return await app(scope, receive, send)
+
+        async def send_closing(message):
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
+            await send(message)
+
+        return await app(scope, receive, send_closing)
+
+    return asgi
+
+
+def serve(app, host: str, port: int, drain_s: float = 0.0) -> None:
+    """Run an ASGI app until SIGTERM/SIGINT; uvicorn drives the app's lifespan (broker start/stop).
+
+    With `drain_s`, the signal starts that many seconds of serving on, each response closing its
+    connection: a client's keep-alive connection then ends after an answer, where it reconnects to
+    another replica, instead of being cut while idle, where a request it sends at that moment is lost."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    server: _Server | None = None
     # uvloop and httptools: per-message loop work (timers, futures, socket reads) and HTTP parsing are
     # a large share of every service's CPU, and these do them in C.
-    uvicorn.run(app, host=host, port=port, log_level="warning", lifespan="on", loop="uvloop", http="httptools")
+    config = uvicorn.Config(_closing_when(lambda: server is not None and server.draining_since is not None, app),
+                            host=host, port=port, log_level="warning", lifespan="on", loop="uvloop", http="httptools")
+    server = _Server(config, drain_s)
+    server.run()

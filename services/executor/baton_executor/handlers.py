@@ -75,6 +75,7 @@ class TaskConsumer:
         # plus any copy redelivered to this replica while the call was still in flight.
         self.running: dict[str, list[tuple[TopicPartition, int]]] = {}
         self.publish_retry_s = 0.1  # first wait before publishing a result again; doubles up to 5 s
+        self.stopping = False  # set by drain: no new task starts; the next owner runs it
         self.results = service.publisher(topics.WORKFLOW, workflow_pb2.WorkflowEvent, "Steps' results.")
         self.answers = service.publisher(topics.RESPONSES, responses_pb2.Response,
                                          "Answer text as it comes, for streaming clients.")
@@ -104,6 +105,8 @@ class TaskConsumer:
             for job in [j for js in self.in_flight.values() for j in js if j.get_name() == task.task_id]:
                 self.in_flight.setdefault(tp, set()).add(job)
             return
+        if self.stopping:
+            return  # left uncommitted: the partition's next owner runs it
         limits = self.limits.get(task.worker)
         if limits is not None:
             await limits.slots.acquire()  # full: wait here, and so stop fetching
@@ -199,7 +202,9 @@ class TaskConsumer:
         # waiting for their turn under the limits are dropped at once (their records stay uncommitted,
         # so the next owner runs them): waiting for them would outlast the group's rebalance timeout
         # under a backlog, and a replica dropped from the group mid-call is what repeats calls.
-        jobs = [j for tp in revoked for j in self.in_flight.get(tp, ())]
+        await self._finish_or_drop([j for tp in revoked for j in self.in_flight.get(tp, ())])
+
+    async def _finish_or_drop(self, jobs: list[asyncio.Task]) -> None:
         calling = getattr(self.runner, "calling", None)
         if calling is not None:
             for job in [j for j in jobs if j.get_name() not in calling]:
@@ -282,7 +287,12 @@ class TaskConsumer:
         return float(lag)
 
     async def drain(self) -> None:
-        """At shutdown: let calls in flight finish (bounded); the consumer then commits."""
-        jobs = [j for js in self.in_flight.values() for j in js]
-        if jobs:
-            await asyncio.wait(jobs, timeout=self.drain_timeout_s)
+        """At shutdown: let calls in flight finish (bounded) and drop the rest, as on a revocation;
+        the consumer then commits. A task left running would fail when the provider clients close
+        after this, and its error would end the client's request, where the next owner can run it."""
+        self.stopping = True
+        await self._finish_or_drop([j for js in self.in_flight.values() for j in js])
+        left = [j for js in self.in_flight.values() for j in js if not j.done()]
+        for job in left:
+            job.cancel()
+        await asyncio.gather(*left, return_exceptions=True)

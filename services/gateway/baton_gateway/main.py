@@ -31,6 +31,7 @@ from baton_gateway.api import (
     wants_eval,
 )
 from baton_gateway.auth import Gatekeeper
+from baton_gateway.handover import Handover
 from baton_gateway.openapi import openapi_document
 from baton_gateway.params import answer_options, messages_proto
 from baton_gateway.replies import INTERIM, Replies
@@ -78,13 +79,24 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
     shed = Counter("baton_gateway_shed", "Requests refused (429) because the replica was at capacity",
                    registry=registry)
 
+    def take(response: responses_pb2.Response) -> None:
+        if replies.deliver(response) and response.WhichOneof("outcome") not in INTERIM:
+            admission.answered()
+
     async def on_response(response: responses_pb2.Response, record: Record) -> None:
         if response.WhichOneof("outcome") not in INTERIM:
             settle(response)
-            if replies.deliver(response):
-                admission.answered()
-            return
-        replies.deliver(response)
+        take(response)
+
+    async def on_handed_over(response: responses_pb2.Response) -> None:
+        if response.WhichOneof("outcome") not in INTERIM:
+            # Only the key's tokens: the partition's owner counts the tenant's spend, as for any reply there.
+            total = response.episode.total
+            gate.settle(response.request_id, "", total.input_tokens, total.output_tokens, total.cost_usd)
+        take(response)
+
+    handover = Handover(config.kafka, replies.is_waiting, on_handed_over, gw.request_timeout_s)
+    replies.on_rebalanced = handover.start
 
     # Each replica reads its share of the partitions, from their end: a reply is only ever for a
     # request this replica is waiting on now.
@@ -162,7 +174,7 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
                 msg.budget.CopyFrom(budget_from(req.metadata or {}))
                 msg.stream = bool(req.stream)
                 gate.admit(principal)  # last: a request refused for another reason uses none of the key's rate
-                waiter = replies.expect(request_id)
+                waiter = replies.expect(request_id, partition)
                 gate.opened(request_id, principal)
                 # The deadline runs from here, publish included: a broker that is slow to take the
                 # request (restarting, say) must not push the client's answer past it.
@@ -314,6 +326,7 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
         try:
             yield
         finally:
+            await handover.stop()
             await service.stop_consumers()
             await service.broker.stop()
             await service.flush_traces()
@@ -337,7 +350,7 @@ def run() -> None:
         app = create_app(config)
     except ConfigError as e:  # no usable key, a bad key entry: say which, and do not start
         raise SystemExit(f"baton-gateway: {e}") from None
-    serve(app, config.gateway.host, config.gateway.port)
+    serve(app, config.gateway.host, config.gateway.port, drain_s=config.gateway.shutdown_drain_s)
 
 
 if __name__ == "__main__":

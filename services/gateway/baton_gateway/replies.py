@@ -2,13 +2,19 @@
 
 Each replica reads only the partitions of baton.responses the consumer group gives it, and asks for
 its answers on one of them (the request's reply_partition), so replicas scale without each reading
-every response.
+every response. A rebalance (a replica starting or stopping, a rolling upgrade) can give a partition
+to another replica while requests here still wait on it, and a partition that stays may restart
+from its end (no offset committed yet) past a reply sent during the rebalance: after each one,
+`assigned` reports the requests still waiting, and the gateway reads their partitions again without
+the group (baton_gateway.handover) until none of them waits.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import time
+from collections.abc import Callable
 
 from baton.v1 import responses_pb2
 
@@ -19,15 +25,29 @@ INTERIM = ("progress", "delta")
 class Replies:
     def __init__(self) -> None:
         self._pending: dict[str, asyncio.Queue[responses_pb2.Response]] = {}
+        # Each waiting request's reply partition and when it was asked (unix ms).
+        self._asked: dict[str, tuple[int, int]] = {}
         self._partitions: list[int] = []
+        self._revoked: set[int] = set()
         self._turn = itertools.count()
+        # Called after a rebalance with the requests waiting on the partitions it revoked.
+        self.on_rebalanced: Callable[[dict[str, tuple[int, int]]], None] | None = None
 
-    # Rebalance hooks of the reply consumer.
+    # Rebalance hooks of the reply consumer. While the group rebalances, new requests still ask on the
+    # partitions held before: they are among those reported once it ends, and the client gets its
+    # answer instead of a 503 for the length of the rebalance.
     async def revoked(self, revoked) -> None:
-        self._partitions = []
+        self._revoked |= {tp.partition for tp in revoked}
 
     async def assigned(self, assigned) -> None:
         self._partitions = sorted(tp.partition for tp in assigned)
+        waiting = {r: asked for r, asked in self._asked.items() if asked[0] in self._revoked}
+        self._revoked = set()
+        if waiting and self.on_rebalanced is not None:
+            self.on_rebalanced(waiting)
+
+    def is_waiting(self, request_id: str) -> bool:
+        return request_id in self._pending
 
     @property
     def owned(self) -> int:
@@ -42,14 +62,16 @@ class Replies:
         parts = self._partitions
         return parts[next(self._turn) % len(parts)] if parts else None
 
-    def expect(self, request_id: str) -> asyncio.Queue[responses_pb2.Response]:
+    def expect(self, request_id: str, partition: int) -> asyncio.Queue[responses_pb2.Response]:
         """A queue that receives the request's interim responses, then its final one."""
         queue: asyncio.Queue[responses_pb2.Response] = asyncio.Queue()
         self._pending[request_id] = queue
+        self._asked[request_id] = (partition, int(time.time() * 1000))
         return queue
 
     def abandon(self, request_id: str) -> None:
         self._pending.pop(request_id, None)
+        self._asked.pop(request_id, None)
 
     def deliver(self, response: responses_pb2.Response) -> bool:
         """Hand a response to its waiter. After the final one the request is forgotten, so a
@@ -59,6 +81,7 @@ class Replies:
             return False
         if response.WhichOneof("outcome") not in INTERIM:
             del self._pending[response.request_id]
+            self._asked.pop(response.request_id, None)
         queue.put_nowait(response)
         return True
 
