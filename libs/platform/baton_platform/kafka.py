@@ -91,6 +91,20 @@ async def partition_ids(options: dict, topic: str) -> list[int]:
     return sorted(p["partition"] for p in desc["partitions"])
 
 
+async def seek_to_time(probe, parts: list, since_ms: int) -> dict:
+    """Assign `parts` to the started, group-less consumer `probe` and position each at its first
+    record published since `since_ms` (by record timestamp), or at its end when there is none.
+    Returns the end offsets, looked up first: a record published after that lookup is at or past
+    them, and one published before it is found by the time lookup that follows."""
+    probe.assign(parts)
+    ends = await probe.end_offsets(parts)
+    starts = await probe.offsets_for_times({tp: max(since_ms, 0) for tp in parts})
+    for tp in parts:
+        found = starts.get(tp)
+        probe.seek(tp, found.offset if found is not None else ends[tp])
+    return ends
+
+
 async def read_since(probe, parts: list, since_ms: int):
     """Every record of `parts` published since `since_ms` (by record timestamp), up to the end
     offsets each partition had when the read began, as an async iterator. `probe` is a started,
@@ -98,14 +112,8 @@ async def read_since(probe, parts: list, since_ms: int):
 
     Used after a crash or rebalance to learn what was already published, so work is not done twice.
     """
-    probe.assign(parts)
-    starts = await probe.offsets_for_times({tp: max(since_ms, 0) for tp in parts})
-    ends = await probe.end_offsets(parts)
-    remaining = set()
-    for tp in parts:
-        if starts.get(tp) is not None and starts[tp].offset < ends[tp]:
-            probe.seek(tp, starts[tp].offset)
-            remaining.add(tp)
+    ends = await seek_to_time(probe, parts, since_ms)
+    remaining = {tp for tp in parts if await probe.position(tp) < ends[tp]}
     while remaining:
         batch = await probe.getmany(*remaining, timeout_ms=1000)
         for records in batch.values():

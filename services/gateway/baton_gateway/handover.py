@@ -19,7 +19,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from baton.v1 import responses_pb2
 from baton_platform import topics
 from baton_platform.config import KafkaConfig
-from baton_platform.kafka import client_options
+from baton_platform.kafka import client_options, seek_to_time
 from baton_platform.messages import PoisonMessage, decode
 
 log = logging.getLogger(__name__)
@@ -53,14 +53,7 @@ class Handover:
         try:
             await consumer.start()
             parts = [TopicPartition(topics.RESPONSES, p) for p in partitions]
-            consumer.assign(parts)
-            # Ends first: a reply written after this lookup is at or past them, one written before it
-            # is found by the time lookup that follows.
-            ends = await consumer.end_offsets(parts)
-            starts = await consumer.offsets_for_times({tp: max(since_ms - CLOCK_SKEW_MS, 0) for tp in parts})
-            for tp in parts:
-                found = starts.get(tp)
-                consumer.seek(tp, found.offset if found is not None else ends[tp])
+            await seek_to_time(consumer, parts, since_ms - CLOCK_SKEW_MS)
             while any(self._is_waiting(r) for r in ids) and time.monotonic() < deadline:
                 batch = await consumer.getmany(timeout_ms=500)
                 for records in batch.values():
