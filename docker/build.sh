@@ -103,7 +103,7 @@ for target in "${targets[@]}"; do
         kafka)
             CONTEXT="$(kafka_context)" build baton-kafka docker/kafka.Dockerfile ;;
         standin)
-            build baton-standin docker/services.Dockerfile --build-arg PACKAGES=baton-tools ;;
+            build baton-standin docker/services.Dockerfile --build-arg PACKAGES=baton-tools --build-arg UV_EXTRA_ARGS="" ;;
         *)
             echo "docker/build.sh: unknown image '$target' (services, router-cpu, router-gpu, trainer, kafka, standin)" >&2
             exit 2 ;;

@@ -23,10 +23,11 @@ ENV UV_COMPILE_BYTECODE=1 \
     UV_PYTHON_DOWNLOADS=never \
     UV_PYTHON=/usr/local/bin/python3 \
     UV_PROJECT_ENVIRONMENT=/opt/baton/venv
-# Workspace members installed into the venv. Narrow it to build a one-service image, or add extras
-# with UV_EXTRA_ARGS (e.g. "--extra transformers" for the CPU conductor).
+# Workspace members installed into the venv. Narrow it to build a one-service image, or choose the
+# extras with UV_EXTRA_ARGS: the default carries the router's `policy` backend (the trained routing
+# policy, CPU only); "--extra transformers" gives the CPU conductor.
 ARG PACKAGES="baton-gateway baton-router baton-synthesizer baton-executor baton-reward-logger"
-ARG UV_EXTRA_ARGS=""
+ARG UV_EXTRA_ARGS="--extra policy"
 WORKDIR /src
 COPY . .
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]

@@ -153,6 +153,14 @@ def test_every_service_has_an_image():
     assert services - imaged == set()
 
 
+def test_services_image_carries_the_routers_policy_backend():
+    # conductor.backend `policy` serves what the trainer CronJob publishes; without the router's extra
+    # the router exits at start in the image the chart runs.
+    extras = members()["baton-router"]["pyproject"]["project"]["optional-dependencies"]
+    assert "policy" in extras
+    assert "--extra policy" in arg_default(SERVICES_IMAGE, "UV_EXTRA_ARGS")
+
+
 def test_images_build_from_the_lock_without_dev_dependencies():
     for dockerfile in (SERVICES_IMAGE, TRAINER_IMAGE):
         assert re.search(r"uv sync --locked --no-dev --no-editable", dockerfile.read_text()), dockerfile.name
