@@ -3,7 +3,9 @@
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 STATE="$ROOT/.baton/k8s"
-BIN="$ROOT/.tools/k8s/bin"
+# Built binaries and exported images are kept per user, so a second checkout reuses them.
+CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/baton/k8s"
+BIN="$CACHE/bin"
 KUBECONFIG_FILE="$STATE/kubeconfig"
 # The node's name; /etc/hosts maps it to 127.0.0.1, so the API server reaches the kubelet (logs, exec,
 # port-forward) on loopback while the kubelet itself refuses a loopback node IP.

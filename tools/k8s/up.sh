@@ -61,6 +61,15 @@ printf 'subjectAltName=IP:127.0.0.1,IP:%s,DNS:localhost,DNS:kubernetes,DNS:kuber
     "$KUBERNETES_SERVICE_IP" >"$PKI/apiserver.ext"
 openssl x509 -req -in "$PKI/apiserver.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
     -days 7 -extfile "$PKI/apiserver.ext" -out "$PKI/apiserver.crt" 2>/dev/null
+# The aggregation layer: the API server proxies metrics.k8s.io to metrics-server as this client,
+# which metrics-server trusts through the front-proxy CA.
+openssl req -x509 -newkey rsa:2048 -nodes -days 7 -subj "/CN=baton-front-proxy-ca" \
+    -keyout "$PKI/front-proxy-ca.key" -out "$PKI/front-proxy-ca.crt" 2>/dev/null
+openssl req -newkey rsa:2048 -nodes -subj "/CN=front-proxy-client" \
+    -keyout "$PKI/front-proxy-client.key" -out "$PKI/front-proxy-client.csr" 2>/dev/null
+echo "extendedKeyUsage=clientAuth" >"$PKI/front-proxy-client.ext"
+openssl x509 -req -in "$PKI/front-proxy-client.csr" -CA "$PKI/front-proxy-ca.crt" -CAkey "$PKI/front-proxy-ca.key" \
+    -CAcreateserial -days 7 -extfile "$PKI/front-proxy-client.ext" -out "$PKI/front-proxy-client.crt" 2>/dev/null
 openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
 openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
 # One admin token for the cluster's own components and the developer; the cluster lives on loopback
@@ -86,7 +95,12 @@ start kube-apiserver "$BIN/kube-apiserver" --etcd-servers "http://127.0.0.1:$ETC
     --service-cluster-ip-range "$SERVICE_CIDR" --endpoint-reconciler-type none \
     --kubelet-preferred-address-types Hostname --allow-privileged=false \
     --enable-admission-plugins NamespaceLifecycle,ServiceAccount,DefaultStorageClass,ResourceQuota \
-    --cert-dir "$PKI/apiserver-generated"
+    --cert-dir "$PKI/apiserver-generated" \
+    --requestheader-client-ca-file "$PKI/front-proxy-ca.crt" --requestheader-allowed-names front-proxy-client \
+    --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
+    --requestheader-extra-headers-prefix X-Remote-Extra- \
+    --proxy-client-cert-file "$PKI/front-proxy-client.crt" --proxy-client-key-file "$PKI/front-proxy-client.key" \
+    --enable-aggregator-routing=true
 
 cat >"$KUBECONFIG_FILE" <<KC
 apiVersion: v1
@@ -114,7 +128,7 @@ start kube-controller-manager "$BIN/kube-controller-manager" --kubeconfig "$KUBE
     --leader-elect=false --bind-address 127.0.0.1 --secure-port "$(free_port)" \
     --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" \
     --use-service-account-credentials=false --service-cluster-ip-range "$SERVICE_CIDR" \
-    --horizontal-pod-autoscaler-sync-period 5s
+    --horizontal-pod-autoscaler-sync-period 5s --horizontal-pod-autoscaler-downscale-stabilization 30s
 start kube-scheduler "$BIN/kube-scheduler" --kubeconfig "$KUBECONFIG_FILE" \
     --authentication-kubeconfig "$KUBECONFIG_FILE" --authorization-kubeconfig "$KUBECONFIG_FILE" \
     --leader-elect=false --bind-address 127.0.0.1 --secure-port "$(free_port)"
@@ -228,6 +242,41 @@ start coredns "$BIN/coredns" -conf "$STATE/Corefile"
 wait_for 90 "node $NODE_NAME Ready" kubectl wait --for=condition=Ready "node/$NODE_NAME" --timeout=2s
 wait_for 30 "CoreDNS" curl -sf "http://127.0.0.1:$DNS_READY_PORT/ready"
 log "node ready ($((SECONDS - started))s)"
+
+# metrics-server scrapes the kubelet (anonymous here, on loopback) and is reached by the API server at
+# the bridge's address: a Service without selector whose Endpoints name that address.
+METRICS_PORT="$(free_port)"
+start metrics-server "$BIN/metrics-server" --kubeconfig "$KUBECONFIG_FILE" \
+    --authentication-kubeconfig "$KUBECONFIG_FILE" --authorization-kubeconfig "$KUBECONFIG_FILE" \
+    --bind-address "$BRIDGE_IP" --secure-port "$METRICS_PORT" --cert-dir "$STATE/metrics-server" \
+    --kubelet-insecure-tls --kubelet-preferred-address-types Hostname --kubelet-use-node-status-port \
+    --metric-resolution 15s
+kubectl apply -f - >/dev/null <<MS
+apiVersion: v1
+kind: Service
+metadata: {name: metrics-server, namespace: kube-system}
+spec:
+  ports: [{name: https, port: 443, targetPort: $METRICS_PORT}]
+---
+apiVersion: v1
+kind: Endpoints
+metadata: {name: metrics-server, namespace: kube-system}
+subsets:
+  - addresses: [{ip: $BRIDGE_IP}]
+    ports: [{name: https, port: $METRICS_PORT}]
+---
+apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata: {name: v1beta1.metrics.k8s.io}
+spec:
+  group: metrics.k8s.io
+  version: v1beta1
+  service: {name: metrics-server, namespace: kube-system, port: 443}
+  # metrics-server's certificate is self-signed, as in its upstream manifests.
+  insecureSkipTLSVerify: true
+  groupPriorityMinimum: 100
+  versionPriority: 100
+MS
 
 "$HERE/install.sh"
 
