@@ -71,7 +71,7 @@ down: ## Stop everything `make up` started
 	@if [ -x .venv/bin/baton ]; then .venv/bin/baton down; else echo "nothing to stop"; fi
 
 # The images the local cluster runs (`make images` also builds router-cpu, a few GB with torch).
-K8S_IMAGES := services kafka standin
+K8S_IMAGES := services kafka standin trainer
 
 images: install kafka ## Build the container images (Docker, or buildah on Debian-made bases without one; cached)
 	@if ! docker info >/dev/null 2>&1; then tools/k8s/packages.sh; fi

@@ -60,8 +60,9 @@ def gateway_url() -> str:
     return (STATE / "gateway-url").read_text().strip()
 
 
-def client(timeout: float = 150) -> openai.OpenAI:
-    return openai.OpenAI(base_url=gateway_url(), api_key=(STATE / "api-key").read_text().strip(),
+def client(timeout: float = 150, key: str = "api-key") -> openai.OpenAI:
+    """The official client on the forwarded gateway, with the developer's key or the `eval-key`."""
+    return openai.OpenAI(base_url=gateway_url(), api_key=(STATE / key).read_text().strip(),
                          timeout=timeout, max_retries=0)  # fmt: skip
 
 

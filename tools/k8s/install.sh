@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs Baton on the running local cluster: storage, Kafka, the provider stand-in, the secrets
 # the chart refers to, then `helm install --wait` of charts/baton with tools/k8s/values-local.yaml.
-# The gateway API key it creates is written to .baton/k8s/api-key (for the tests and the developer).
+# The gateway API keys it creates are written to .baton/k8s/api-key (chat, for the developer and the
+# tests) and .baton/k8s/eval-key (chat and eval, for graded traffic).
 #
 #   tools/k8s/install.sh      (run by tools/k8s/up.sh)
 set -euo pipefail
@@ -50,11 +51,16 @@ with open(sys.argv[1], newline="", encoding="utf-8") as src, open(sys.argv[2], "
 PY
 kubectl -n "$NAMESPACE" create configmap baton-routing-matrix --from-file=matrix.csv="$STATE/matrix.csv" >/dev/null
 
-API_KEY="$(python3 -c 'import secrets; print("bt-" + secrets.token_urlsafe(32))')"
-printf '%s' "$API_KEY" >"$STATE/api-key"
-chmod 600 "$STATE/api-key"
-DIGEST="$(printf '%s' "$API_KEY" | sha256sum | cut -d' ' -f1)"
-kubectl -n "$NAMESPACE" create secret generic baton-gateway-api-keys --from-literal=api-keys="default:$DIGEST" >/dev/null
+# Two keys of the default tenant: the developer's (chat), and an evaluation harness's (chat+eval: it may
+# name the graded items whose rewards train the routing policy).
+entries=""
+for name in api-key:chat eval-key:chat+eval; do
+    key="$(python3 -c 'import secrets; print("bt-" + secrets.token_urlsafe(32))')"
+    printf '%s' "$key" >"$STATE/${name%%:*}"
+    chmod 600 "$STATE/${name%%:*}"
+    entries="$entries${entries:+,}default:$(printf '%s' "$key" | sha256sum | cut -d' ' -f1):${name#*:}"
+done
+kubectl -n "$NAMESPACE" create secret generic baton-gateway-api-keys --from-literal=api-keys="$entries" >/dev/null
 
 kubectl -n "$KAFKA_NAMESPACE" rollout status statefulset/kafka --timeout=180s >/dev/null
 log "Kafka ready ($((SECONDS - started))s)"
