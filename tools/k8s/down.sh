@@ -41,10 +41,15 @@ stop_pid kube-proxy
 stop_pid containerd
 # containerd's shims are their own processes; they are found by the socket path up.sh gave them.
 for pid in $(pgrep -f -- "-address $SOCK" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null; done
+stop_pid metrics-server
 stop_pid kube-scheduler
 stop_pid kube-controller-manager
 stop_pid kube-apiserver
 stop_pid etcd
+# Whatever else up.sh recorded, so a process added there is never left behind.
+for file in "$STATE"/pids/*.pid; do
+    [[ -f "$file" ]] && stop_pid "$(basename "$file" .pid)"
+done
 
 if [[ -x "$BIN/kube-proxy" ]]; then "$BIN/kube-proxy" --cleanup >/dev/null 2>&1; fi
 # What kube-proxy's cleanup leaves: the kubelet's own chains (KUBE-FIREWALL, KUBE-KUBELET-CANARY, ...).
@@ -77,4 +82,16 @@ fi
 rm -rf "$ROOT/.baton/k8s-logs"
 mv "$STATE/logs" "$ROOT/.baton/k8s-logs" 2>/dev/null
 rm -rf "$STATE"
+
+# What must be gone now; anything left fails the command (and `make k8s-test`).
+left=()
+pgrep -f -- "$BIN/" >/dev/null 2>&1 && left+=("processes: $(pgrep -f -- "$BIN/" | tr '\n' ' ')")
+pgrep -f -- "$STATE/" >/dev/null 2>&1 && left+=("processes: $(pgrep -f -- "$STATE/" | tr '\n' ' ')")
+findmnt -rn -o TARGET | grep -qF "$STATE" && left+=("mounts under $STATE")
+ip link show "$BRIDGE" >/dev/null 2>&1 && left+=("bridge $BRIDGE")
+ss -Hltn "sport = :$GATEWAY_PORT" 2>/dev/null | grep -q . && left+=("a listener on $GATEWAY_PORT")
+if ((${#left[@]})); then
+    log "left behind: ${left[*]}"
+    exit 1
+fi
 echo "k8s: down (logs of the last cluster in .baton/k8s-logs)"

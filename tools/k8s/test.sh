@@ -7,6 +7,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 
 started=$SECONDS
-trap '"$HERE/down.sh"; log "k8s-test took $((SECONDS - started))s"' EXIT
+# The cluster goes down however the tests end; what it leaves behind fails the run.
+trap 'log "k8s-test took $((SECONDS - started))s"; "$HERE/down.sh" || exit 1' EXIT
 "$HERE/up.sh"
 "$ROOT/.venv/bin/python" -m pytest "$ROOT/tests/k8s" -p no:cacheprovider -q -s "$@"
