@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import random
 
@@ -14,7 +15,7 @@ from baton.v1 import common_pb2, requests_pb2, rewards_pb2
 from baton_platform.config import load_config
 from baton_policy.fastpolicy import Episode, Policy
 from baton_policy.matrix import from_rows, without
-from baton_policy.newcomers import Newcomers, OnlineHead, outcome_of
+from baton_policy.newcomers import PRIOR_SCALES, Newcomers, OnlineHead, feature_var, log_evidence, outcome_of
 from baton_policy.workflows import single
 from baton_router.conductor.policy_backend import PolicyConductor
 from baton_trainer import replay
@@ -54,6 +55,23 @@ def test_fractional_rewards_become_outcomes_every_replica_agrees_on():
     assert outcome_of(1.0, "x") and not outcome_of(0.0, "x")
 
 
+def test_the_evidence_is_the_sum_of_the_online_heads_own_predictions():
+    """The batched evidence runs the same update as OnlineHead: every outcome scored by the
+    head's predictive probability before it learns it."""
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(60, 3))
+    y = rng.random((60, 2)) < 0.6
+    var = np.array([[0.5, 0.5, 0.5], [0.05, 0.05, 0.05]])
+    got = log_evidence(X, y, var, np.array([0.6, 0.3]))
+    for h in range(2):
+        head, total = OnlineHead(var[h], [0.6, 0.3][h]), 0.0
+        for x, outcome in zip(X, y[:, h]):
+            p = head.quality(x[None, :])[0]
+            total += np.log(p if outcome else 1 - p)
+            head.update(x, bool(outcome))
+        assert got[h] == pytest.approx(total, rel=1e-9)
+
+
 @pytest.fixture(scope="module")
 def synthetic():
     header, rows = make_rows(1500, seed=7)
@@ -90,6 +108,23 @@ def test_a_new_worker_gets_traffic_at_once_and_learns_where_it_is_best(synthetic
     assert bio.count(NEW) / len(bio) > 0.8, "it took the queries it is best at"
     assert other.count(NEW) / len(other) < 0.2, "and few of the others"
     assert ACCURACY[NEW]["biology"] > max(ACCURACY[m]["biology"] for m in ACCURACY if m != NEW)
+
+
+def test_the_prior_scale_is_the_one_the_known_workers_outcomes_support(synthetic, tmp_path):
+    """Topic experts' chances move far from query to query: the widest prior. The same outcomes
+    dealt to random queries move with nothing the heads read: the narrowest."""
+    train, _, policy = synthetic
+    assert policy.meta["newcomer_prior_scale"] == max(PRIOR_SCALES)
+    rng = np.random.default_rng(0)
+    hidden = without(train, [NEW])
+    shuffled = dataclasses.replace(hidden, scores=np.stack([rng.permutation(c) for c in hidden.scores.T], axis=1))
+    flat = Policy.fit_matrix(shuffled, cost_weight=0.0)
+    assert flat.meta["newcomer_prior_scale"] == min(PRIOR_SCALES)
+    # A newcomer's head takes the scale of the policy it joins, saved and loaded.
+    head = Newcomers(Policy.load(flat.save(tmp_path / "p")), {NEW: 1.0}).newcomers[0].head
+    singles = sum(w.kind == "single" for w in flat.workflows)
+    expected = feature_var(singles, len(flat.featurizer.eval_names), min(PRIOR_SCALES))
+    assert np.allclose(np.diag(head.cov)[:-1], expected)
 
 
 def test_shares_are_probabilities_and_propensities_are_logged(synthetic):
