@@ -70,7 +70,9 @@ def test_the_evidence_is_the_sum_of_the_online_heads_own_predictions():
     X = rng.normal(size=(60, 3))
     y = rng.random((60, 2)) < 0.6
     var = np.array([[0.5, 0.5, 0.5], [0.05, 0.05, 0.05]])
-    got = log_evidence(X, y, var, np.array([0.6, 0.3]))
+    heads = [OnlineHead(var[0], 0.6), OnlineHead(var[1], 0.3)]
+    got = log_evidence(X, y, heads)
+    assert all(h.updates == 0 for h in heads) and heads[0].mean[-1] == OnlineHead(var[0], 0.6).mean[-1]
     for h in range(2):
         head, total = OnlineHead(var[h], [0.6, 0.3][h]), 0.0
         for x, outcome in zip(X, y[:, h]):

@@ -54,7 +54,7 @@ PRIOR_VAR = 1.0  # intercept variance: quality anywhere from about 0.1 to 0.9 at
 OPTIMISM = 1.0  # posterior sds above the mean at which a newcomer's quality competes
 PRIOR_SCALES = (0.01, 0.03, 0.1, 0.3, 1.0)  # the grid measure_prior_scale chooses from
 # For policies saved without a measured scale (fitted from logged episodes, or before it was
-# measured): what the known workers of MMLU-Pro support, by a margin of 37 nats over 0.3.
+# measured): the scale the known workers of MMLU-Pro's dev split support.
 DEFAULT_PRIOR_SCALE = 0.1
 
 
@@ -126,21 +126,17 @@ def feature_var(known: int, evals: int, scale: float) -> np.ndarray:
     return scale * np.concatenate([np.full(known, 1.0 / max(known, 1)), np.full(evals, 0.25)])
 
 
-def log_evidence(X: np.ndarray, outcomes: np.ndarray, prior_var: np.ndarray, prior_quality: np.ndarray) -> np.ndarray:
-    """Log marginal likelihood of each of H heads' outcomes, taken in row order: the sum of each
-    outcome's predictive log probability before the head learns it (the :class:`OnlineHead`
-    update, run for all heads at once). ``X`` [n, d] or [H, n, d] are the inputs (per head when
-    they differ), ``outcomes`` [n, H] 0/1, ``prior_var`` [H, d] and ``prior_quality`` [H]."""
-    H, d = prior_var.shape
-    X = np.broadcast_to(X, (H, *X.shape[-2:]))
-    Z = np.concatenate([X, np.ones((H, X.shape[1], 1))], axis=2)
-    cov = np.zeros((H, d + 1, d + 1))
-    cov[:, np.arange(d), np.arange(d)] = prior_var
-    cov[:, d, d] = PRIOR_VAR
-    mean = np.zeros((H, d + 1))
-    mean[:, d] = ndtri(np.clip(prior_quality, 0.02, 0.98)) * np.sqrt(BETA**2 + PRIOR_VAR)
+def log_evidence(X: np.ndarray, outcomes: np.ndarray, heads: Sequence[OnlineHead]) -> np.ndarray:
+    """Log marginal likelihood of each head's outcomes, taken in row order: the sum of each
+    outcome's predictive log probability before the head learns it (copies of the heads learn, all
+    at once; the heads themselves are left as they are). ``X`` [n, d] or [H, n, d] are the inputs
+    (per head when they differ), ``outcomes`` [n, H] 0/1."""
+    mean = np.stack([h.mean for h in heads])
+    cov = np.stack([h.cov for h in heads])
+    X = np.broadcast_to(X, (len(heads), *X.shape[-2:]))
+    Z = np.concatenate([X, np.ones((*X.shape[:2], 1))], axis=2)
     y = np.where(np.asarray(outcomes, dtype=bool), 1.0, -1.0)
-    total = np.zeros(H)
+    total = np.zeros(len(heads))
     for i in range(Z.shape[1]):
         total += _adf_step(mean, cov, Z[:, i], y[i])
     return total
@@ -167,8 +163,8 @@ def measure_prior_scale(policy: Policy, prompts: Sequence[str], eval_names: Sequ
     own = np.ones((K, F.shape[1]))
     own[np.arange(K), np.arange(K)] = 0.0  # a newcomer has no head of its own among the inputs
     X = np.tile(F[None, :, :] * own[:, None, :], (S, 1, 1))  # head h: scale h // K, worker h % K
-    prior_var = np.stack([feature_var(K, probe._evals, c) for c in PRIOR_SCALES]).repeat(K, axis=0)
-    evidence = log_evidence(X, np.tile(Y, (1, S)), prior_var, np.tile(Y.mean(0), S))
+    heads = [OnlineHead(feature_var(K, probe._evals, c), q) for c in PRIOR_SCALES for q in Y.mean(0)]
+    evidence = log_evidence(X, np.tile(Y, (1, S)), heads)
     return PRIOR_SCALES[int(np.argmax(evidence.reshape(S, K).sum(1)))]
 
 
