@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import random
 
@@ -14,7 +15,7 @@ from baton.v1 import common_pb2, requests_pb2, rewards_pb2
 from baton_platform.config import load_config
 from baton_policy.fastpolicy import Episode, Policy
 from baton_policy.matrix import from_rows, without
-from baton_policy.newcomers import Newcomers, OnlineHead, outcome_of
+from baton_policy.newcomers import PRIOR_SCALES, Newcomers, OnlineHead, feature_var, log_evidence, outcome_of
 from baton_policy.workflows import single
 from baton_router.conductor.policy_backend import PolicyConductor
 from baton_trainer import replay
@@ -34,16 +35,24 @@ def test_the_online_head_learns_a_feature_dependent_rate():
     assert abs(got[0] - 0.9) < 0.08 and abs(got[1] - 0.2) < 0.08, got
 
 
-def test_the_chance_of_beating_a_threshold_is_exact():
-    head = OnlineHead(np.array([0.5]), prior_quality=0.6)
-    x = np.array([[0.8]])
-    mu, s2 = head.stats(x)
-    z = np.random.default_rng(1).normal(mu[0], np.sqrt(s2[0]), 200_000)
-    from scipy.special import ndtr
-
-    for threshold in (0.3, 0.6, 0.8):
-        sampled = float((ndtr(z / 1.0) > threshold).mean())
-        assert abs(head.prob_above(x, np.array([threshold]))[0] - sampled) < 0.01
+def test_a_newcomer_takes_a_query_where_its_optimistic_quality_beats_the_policys_choice(synthetic):
+    """Its score ~ N(0.3, 0.2^2): quality 0.62 at the mean, 0.69 one sd up, 0.76 two sd up."""
+    _, test, policy = synthetic
+    newcomers = Newcomers(policy, {NEW: 1.0}, share=0.1)
+    head = newcomers.newcomers[0].head
+    head.mean[:] = 0.0
+    head.mean[-1] = 0.3
+    head.cov[:] = 0.0
+    head.cov[-1, -1] = 0.2**2
+    F = newcomers.features(test.prompts[:4], test.eval_names[:4], policy.quality(test.prompts[:4], test.eval_names[:4]))
+    values = np.full((4, len(policy.workflows)), -1.0)
+    values[:, 0] = [0.5, 0.65, 0.72, 0.8]
+    greedy, probs = newcomers.shares(F, values, 0.0)
+    # 0.65 is above its mean quality, yet unsure as it is, it takes the query (Thompson sampling would
+    # send it a third of them), and its reward settles the question. 0.72 is within its upper
+    # bound: the exploration share. 0.8 is beyond it: nothing.
+    assert probs[:, 1].tolist() == pytest.approx([1.0, 1.0, 0.1, 0.0])
+    assert np.allclose(probs.sum(1), 1.0) and (greedy == 0).all()
 
 
 def test_fractional_rewards_become_outcomes_every_replica_agrees_on():
@@ -52,6 +61,25 @@ def test_fractional_rewards_become_outcomes_every_replica_agrees_on():
     assert first == [outcome_of(0.3, k) for k in keys]
     assert abs(np.mean(first) - 0.3) < 0.01
     assert outcome_of(1.0, "x") and not outcome_of(0.0, "x")
+
+
+def test_the_evidence_is_the_sum_of_the_online_heads_own_predictions():
+    """The batched evidence runs the same update as OnlineHead: every outcome scored by the
+    head's predictive probability before it learns it."""
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(60, 3))
+    y = rng.random((60, 2)) < 0.6
+    var = np.array([[0.5, 0.5, 0.5], [0.05, 0.05, 0.05]])
+    heads = [OnlineHead(var[0], 0.6), OnlineHead(var[1], 0.3)]
+    got = log_evidence(X, y, heads)
+    assert all(h.updates == 0 for h in heads) and heads[0].mean[-1] == OnlineHead(var[0], 0.6).mean[-1]
+    for h in range(2):
+        head, total = OnlineHead(var[h], [0.6, 0.3][h]), 0.0
+        for x, outcome in zip(X, y[:, h]):
+            p = head.quality(x[None, :])[0]
+            total += np.log(p if outcome else 1 - p)
+            head.update(x, bool(outcome))
+        assert got[h] == pytest.approx(total, rel=1e-9)
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +120,23 @@ def test_a_new_worker_gets_traffic_at_once_and_learns_where_it_is_best(synthetic
     assert ACCURACY[NEW]["biology"] > max(ACCURACY[m]["biology"] for m in ACCURACY if m != NEW)
 
 
+def test_the_prior_scale_is_the_one_the_known_workers_outcomes_support(synthetic, tmp_path):
+    """Topic experts' chances move far from query to query: the widest prior. The same outcomes
+    dealt to random queries move with nothing the heads read: the narrowest."""
+    train, _, policy = synthetic
+    assert policy.meta["newcomer_prior_scale"] == max(PRIOR_SCALES)
+    rng = np.random.default_rng(0)
+    hidden = without(train, [NEW])
+    shuffled = dataclasses.replace(hidden, scores=np.stack([rng.permutation(c) for c in hidden.scores.T], axis=1))
+    flat = Policy.fit_matrix(shuffled, cost_weight=0.0)
+    assert flat.meta["newcomer_prior_scale"] == min(PRIOR_SCALES)
+    # A newcomer's head takes the scale of the policy it joins, saved and loaded.
+    head = Newcomers(Policy.load(flat.save(tmp_path / "p")), {NEW: 1.0}).newcomers[0].head
+    singles = sum(w.kind == "single" for w in flat.workflows)
+    expected = feature_var(singles, len(flat.featurizer.eval_names), min(PRIOR_SCALES))
+    assert np.allclose(np.diag(head.cov)[:-1], expected)
+
+
 def test_shares_are_probabilities_and_propensities_are_logged(synthetic):
     _, test, policy = synthetic
     newcomers = Newcomers(policy, {NEW: 1.0}, share=0.25)
@@ -128,10 +173,17 @@ def test_the_policy_conductor_serves_a_new_worker_and_learns_from_rewards(write_
     config = load_config(write_config({"conductor": {"backend": "policy", "policy": {
         "epsilon": 0.0, "new_worker_share": 0.2, "path": str(policy.save(tmp_path / "p")), "version": "v1"}}}))
     conductor = PolicyConductor(config.conductor.policy, config.workers, rng=random.Random(1))
-    new = [p for p in (asyncio.run(conductor.propose(request(f"question {i} about cells"))) for i in range(100))
-           if p.action == "gemini-1.5-pro-002"]
+    proposals = [asyncio.run(conductor.propose(request(f"question {i} about cells"))) for i in range(100)]
+    new = [p for p in proposals if p.action == "gemini-1.5-pro-002"]
     assert new and {p.plan.workers[0] for p in new} == {"gemini-pro"}
-    assert all(0 < p.propensity < 1 for p in new), "a choice among several is logged with its share"
+    # Each choice is logged with its exact share.
+    newcomers = conductor._current.newcomers
+    for i, p in enumerate(proposals):
+        q = [f"question {i} about cells"]
+        quality = policy.quality(q)
+        _, probs = newcomers.shares(newcomers.features(q, [None], quality), policy.values(q, quality=quality), 0.0)
+        column = 0 if p.action not in newcomers.names else 1 + newcomers.names.index(p.action)
+        assert p.propensity == pytest.approx(probs[0, column])
     # smollm2 (the local model) is also a worker the policy does not know.
     before = conductor._current.newcomers.newcomers[0].head.mean.copy()
     taught = conductor.learn(rewards_pb2.Reward(request_id="e1", action="gemini-1.5-pro-002", query="question 1 about cells",

@@ -286,6 +286,7 @@ class Policy:
         model_costs = matrix.costs.mean(0)
         cost_scale = float(model_costs.max()) if model_costs.max() > 0 else 1.0
         trust = None
+        oof: np.ndarray | None = None
         if tune_trust_folds >= 2 and len(workflows) > 1:
             fold_of = grouped_folds(matrix.prompts, tune_trust_folds, seed)
             if len(np.unique(fold_of)) >= 2:
@@ -321,6 +322,13 @@ class Policy:
                 "train_quality": dict(zip([w.name for w in workflows], outcomes.scores.mean(0).round(4).tolist(), strict=True)),
             },
         )
+        if oof is not None:
+            # The trust folds' out-of-fold predictions also tell how far a worker's chance moves from
+            # query to query, which sets the prior of the online heads of workers added later.
+            from .newcomers import measure_prior_scale
+
+            policy.meta["newcomer_prior_scale"] = measure_prior_scale(policy, matrix.prompts, matrix.eval_names, oof,
+                                                                      outcomes.scores, seed=seed)
         return policy
 
     @classmethod

@@ -10,14 +10,27 @@ Each newcomer gets an online head: probit regression on what the policy already 
 after each reward (assumed-density filtering, the update of Graepel et al., "Web-scale Bayesian
 click-through rate prediction", ICML 2010, with a full covariance since the inputs are few). Its
 prior mean is the training quality of the known workers priced like it (:func:`price_prior`); its
-prior variance is wide, so its optimistic bound competes from the first request.
+intercept's prior variance is wide, so its optimistic bound competes from the first request.
 
-Per query, the policy's greedy workflow has value ``v`` (quality minus priced cost). Newcomer k is
-chosen with probability ``P(sampled quality_k - W * cost_k / scale > v)`` under its posterior:
-Thompson sampling's own probability, computed exactly rather than sampled. While the head's upper
-bound (mean + 2 sd) is above ``v``, that probability is raised to at least the exploration share.
-If the newcomers' shares sum past 1 they are scaled down together; the rest goes to the policy's
-choice. Every share is exact, so the logged propensity is exact.
+How far a worker's chance of being right moves from query to query with these inputs is what the
+known workers show: :func:`measure_prior_scale` runs the same head on each known worker's own
+training outcomes (its own column hidden) and keeps the prior scale of the weights under which
+those outcomes were best predicted (the marginal likelihood, type-II maximum likelihood over a
+grid). The trainer stores it with the policy. Too wide a prior, and a newcomer's per-query
+posterior stays spread for as long as a stream lasts; too narrow, and it cannot learn where it is
+strong.
+
+Per query, the policy's greedy workflow has value ``v`` (quality minus priced cost). Each newcomer
+k has an optimistic value: its quality with the score one posterior sd above its mean
+(:data:`OPTIMISM`), less ``W * cost_k / scale``. The newcomer with the best optimistic value takes
+the query when that value beats ``v``: where the head is unsure, optimism sends it traffic and its
+rewards settle the question; where it is sure, it is used as it deserves. Thompson sampling,
+which this replaced, keeps choosing at random between options whose posteriors overlap: where a
+newcomer's edge is a few points, its probability hovered near two thirds for the whole stream, and
+the last half of a replay lost about a point to that alone (against a greedy choice on the very
+same posteriors). Every newcomer whose upper bound (mean + 2 sd) is above ``v`` keeps at least the
+exploration share. If the newcomers' shares sum past 1 they are scaled down together; the rest
+goes to the policy's choice. Every share is exact, so the logged propensity is exact.
 
 Every router replica reads the same rewards and must reach the same heads: a fractional reward
 becomes a 0/1 outcome by a hash of the episode's id, never by a random draw, and a reward already
@@ -38,17 +51,21 @@ from .fastpolicy import Choice, Policy
 
 BETA = 1.0  # probit noise scale: quality = Phi(w.x / BETA)
 PRIOR_VAR = 1.0  # intercept variance: quality anywhere from about 0.1 to 0.9 at two sd
-FEATURE_VAR = 1.0  # per text feature (features are L2-normalised, so about one unit in all)
+OPTIMISM = 1.0  # posterior sds above the mean at which a newcomer's quality competes
+PRIOR_SCALES = (0.01, 0.03, 0.1, 0.3, 1.0)  # the grid measure_prior_scale chooses from
+# For policies saved without a measured scale (fitted from logged episodes, or before it was
+# measured): the scale the known workers of MMLU-Pro's dev split support.
+DEFAULT_PRIOR_SCALE = 0.1
 
 
 class OnlineHead:
     """Probit regression with a Gaussian posterior over its weights (full covariance: the inputs
-    are few and correlated); one closed-form update per outcome. ``feature_var`` is each weight's
+    are few and correlated); one closed-form update per outcome. ``weight_var`` is each weight's
     prior variance; the intercept's is PRIOR_VAR."""
 
-    def __init__(self, feature_var: np.ndarray, prior_quality: float) -> None:
-        self.mean = np.zeros(len(feature_var) + 1)
-        self.cov = np.diag(np.append(np.asarray(feature_var, dtype=float), PRIOR_VAR))
+    def __init__(self, weight_var: np.ndarray, prior_quality: float) -> None:
+        self.mean = np.zeros(len(weight_var) + 1)
+        self.cov = np.diag(np.append(np.asarray(weight_var, dtype=float), PRIOR_VAR))
         p = float(np.clip(prior_quality, 0.02, 0.98))
         self.prior = p
         # Predictive quality with the features at zero is Phi(m / sqrt(BETA^2 + var)): solve it for p.
@@ -64,30 +81,30 @@ class OnlineHead:
         mu, s2 = self.stats(X)
         return ndtr(mu / np.sqrt(BETA**2 + s2))
 
-    def upper(self, X: np.ndarray) -> np.ndarray:
-        """Quality at the score's mean plus two standard deviations."""
+    def upper(self, X: np.ndarray, sds: float = 2.0) -> np.ndarray:
+        """Quality at the score's mean plus ``sds`` standard deviations."""
         mu, s2 = self.stats(X)
-        return ndtr((mu + 2 * np.sqrt(s2)) / BETA)
-
-    def prob_above(self, X: np.ndarray, threshold: np.ndarray) -> np.ndarray:
-        """P(Phi(z / BETA) > threshold) for the score z ~ N(mu, s2) of each row."""
-        mu, s2 = self.stats(X)
-        t = np.clip(threshold, 1e-9, 1 - 1e-9)
-        p = 1.0 - ndtr((BETA * ndtri(t) - mu) / np.sqrt(s2))
-        return np.where(threshold <= 0, 1.0, np.where(threshold >= 1, 0.0, p))
+        return ndtr((mu + sds * np.sqrt(s2)) / BETA)
 
     def update(self, x: np.ndarray, outcome: bool) -> None:
         z = np.append(np.asarray(x, dtype=float).ravel(), 1.0)
-        y = 1.0 if outcome else -1.0
-        cz = self.cov @ z
-        sigma2 = BETA**2 + float(z @ cz)
-        sigma = np.sqrt(sigma2)
-        t = y * float(z @ self.mean) / sigma
-        v = float(np.exp(-0.5 * t * t - 0.5 * np.log(2 * np.pi) - log_ndtr(t)))  # phi(t) / Phi(t)
-        w = v * (v + t)
-        self.mean += y * cz / sigma * v
-        self.cov -= np.outer(cz, cz) * (w / sigma2)
+        _adf_step(self.mean[None], self.cov[None], z[None], np.array([1.0 if outcome else -1.0]))
         self.updates += 1
+
+
+def _adf_step(mean: np.ndarray, cov: np.ndarray, z: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """One closed-form update, in place, of H heads' posteriors (``mean`` [H, d], ``cov`` [H, d, d])
+    by one outcome each (``y`` [H] of +-1 at inputs ``z`` [H, d]); returns each outcome's
+    predictive log probability before the update."""
+    cz = np.einsum("hjk,hk->hj", cov, z)
+    sigma2 = BETA**2 + np.einsum("hj,hj->h", z, cz)
+    sigma = np.sqrt(sigma2)
+    t = y * np.einsum("hj,hj->h", z, mean) / sigma
+    log_p = log_ndtr(t)
+    v = np.exp(-0.5 * t * t - 0.5 * np.log(2 * np.pi) - log_p)  # phi(t) / Phi(t)
+    mean += (y * v / sigma)[:, None] * cz
+    cov -= np.einsum("hj,hk->hjk", cz, cz) * (v * (v + t) / sigma2)[:, None, None]
+    return log_p
 
 
 def price_prior(known: Mapping[str, tuple[float, float]], cost: float) -> float:
@@ -101,6 +118,54 @@ def price_prior(known: Mapping[str, tuple[float, float]], cost: float) -> float:
     d = np.abs(np.log(np.maximum(costs, floor)) - np.log(max(cost, floor)))
     w = np.exp(-d)
     return float(np.average(quality, weights=w))
+
+
+def feature_var(known: int, evals: int, scale: float) -> np.ndarray:
+    """Prior variance of each weight of a newcomer head: the known workers' log-odds share one
+    unit, each eval name a quarter, all times ``scale``."""
+    return scale * np.concatenate([np.full(known, 1.0 / max(known, 1)), np.full(evals, 0.25)])
+
+
+def log_evidence(X: np.ndarray, outcomes: np.ndarray, heads: Sequence[OnlineHead]) -> np.ndarray:
+    """Log marginal likelihood of each head's outcomes, taken in row order: the sum of each
+    outcome's predictive log probability before the head learns it (copies of the heads learn, all
+    at once; the heads themselves are left as they are). ``X`` [n, d] or [H, n, d] are the inputs
+    (per head when they differ), ``outcomes`` [n, H] 0/1."""
+    mean = np.stack([h.mean for h in heads])
+    cov = np.stack([h.cov for h in heads])
+    X = np.broadcast_to(X, (len(heads), *X.shape[-2:]))
+    Z = np.concatenate([X, np.ones((*X.shape[:2], 1))], axis=2)
+    y = np.where(np.asarray(outcomes, dtype=bool), 1.0, -1.0)
+    total = np.zeros(len(heads))
+    for i in range(Z.shape[1]):
+        total += _adf_step(mean, cov, Z[:, i], y[i])
+    return total
+
+
+def measure_prior_scale(policy: Policy, prompts: Sequence[str], eval_names: Sequence[str | None], quality: np.ndarray,
+                        scores: np.ndarray, *, rows: int = 1000, seed: int = 0) -> float:
+    """The scale of :func:`feature_var` that the known workers' outcomes support best.
+
+    ``quality`` [n, A] are the policy's out-of-fold predictions on its training rows (a newcomer
+    meets queries the heads were not fitted on) and ``scores`` [n, A] the outcomes. Each known
+    worker in turn is treated as a newcomer: its head reads the others' log-odds and the eval
+    name (its own column zeroed) and learns its outcomes on up to ``rows`` rows in a seeded
+    order; the scale with the largest summed log evidence wins."""
+    probe = Newcomers(policy, {})
+    known = probe._known
+    if not known or not len(prompts):
+        return DEFAULT_PRIOR_SCALE
+    take = np.random.default_rng(seed).permutation(len(prompts))[:rows]
+    F = probe.features([prompts[i] for i in take], [eval_names[i] for i in take], np.asarray(quality)[take])
+    Y = np.asarray(scores, dtype=float)[take][:, known]
+    Y = np.array([[outcome_of(float(r), f"{seed}:{i}:{k}") for k, r in enumerate(row)] for i, row in zip(take, Y)])
+    K, S = len(known), len(PRIOR_SCALES)
+    own = np.ones((K, F.shape[1]))
+    own[np.arange(K), np.arange(K)] = 0.0  # a newcomer has no head of its own among the inputs
+    X = np.tile(F[None, :, :] * own[:, None, :], (S, 1, 1))  # head h: scale h // K, worker h % K
+    heads = [OnlineHead(feature_var(K, probe._evals, c), q) for c in PRIOR_SCALES for q in Y.mean(0)]
+    evidence = log_evidence(X, np.tile(Y, (1, S)), heads)
+    return PRIOR_SCALES[int(np.argmax(evidence.reshape(S, K).sum(1)))]
 
 
 def outcome_of(reward: float, key: str) -> bool:
@@ -146,8 +211,10 @@ class Newcomers:
         self._known = [a for a, w in enumerate(policy.workflows) if w.kind == "single" and not set(w.workers) & gone]
         self._centre = np.array([_logit(train_quality.get(policy.workflows[a].name, 0.5)) for a in self._known])
         self._evals = len(policy.featurizer.eval_names)
-        feature_var = np.concatenate([np.full(len(self._known), 1.0 / max(len(self._known), 1)),
-                                      np.full(self._evals, 0.25)])
+        self.prior_scale = float(policy.meta.get("newcomer_prior_scale", DEFAULT_PRIOR_SCALE))
+        if not self.prior_scale > 0:
+            raise ValueError(f"the policy's newcomer_prior_scale must be positive, got {self.prior_scale}")
+        weight_var = feature_var(len(self._known), self._evals, self.prior_scale)
         known = {policy.workflows[a].name: (float(policy.mean_costs[a]), float(train_quality.get(policy.workflows[a].name, 0.5)))
                  for a in self._known}
         priors = dict(priors or {})
@@ -157,7 +224,7 @@ class Newcomers:
         self.newcomers = []
         for n, c in costs.items():
             prior = priors.get(n, price_prior(known, float(c)))
-            self.newcomers.append(Newcomer(n, (n,), "single", float(c), OnlineHead(feature_var, prior)))
+            self.newcomers.append(Newcomer(n, (n,), "single", float(c), OnlineHead(weight_var, prior)))
             if vote is not None:
                 # The smallest vote with the new worker in the tie-breaking seat and the weakest
                 # member out: where panels beat any single worker, a strong newcomer helps most
@@ -167,7 +234,7 @@ class Newcomers:
                 cost = float(c) + sum(float(policy.mean_costs[policy.names.index(m)]) for m in base.workers[:-1]
                                       if m in policy.names)
                 q = float(train_quality.get(base.name, prior))
-                self.newcomers.append(Newcomer(f"{base.name}+{n}", members, "vote", cost, OnlineHead(feature_var, q)))
+                self.newcomers.append(Newcomer(f"{base.name}+{n}", members, "vote", cost, OnlineHead(weight_var, q)))
         if not self._allowed.any() and not self.newcomers:
             raise ValueError("every workflow of the policy uses a removed worker, and there is no other")
         self._seen: set[str] = set()
@@ -191,12 +258,19 @@ class Newcomers:
         masked = np.where(self._allowed[None, :], values, -np.inf)
         greedy = masked.argmax(1)
         v = masked[np.arange(len(greedy)), greedy]
+        rows = np.arange(len(greedy))
         probs = np.zeros((len(greedy), 1 + len(self.newcomers)))
-        for k, n in enumerate(self.newcomers):
-            threshold = v + cost_weight * n.cost / self.policy.cost_scale
-            p = n.head.prob_above(F, threshold)
-            competitive = n.head.upper(F) > threshold
-            probs[:, 1 + k] = np.where(competitive, np.maximum(p, self.share), p)
+        if not self.newcomers:
+            probs[:, 0] = 1.0
+            return greedy, probs
+        priced = np.array([cost_weight * n.cost / self.policy.cost_scale for n in self.newcomers])
+        optimistic = np.stack([n.head.upper(F, OPTIMISM) for n in self.newcomers], axis=1) - priced[None, :]
+        competitive = np.stack([n.head.upper(F) for n in self.newcomers], axis=1) - priced[None, :] > v[:, None]
+        probs[:, 1:] = np.where(competitive, self.share, 0.0)
+        best = optimistic.argmax(1)
+        wins = optimistic[rows, best] > v
+        probs[rows[wins], 1 + best[wins]] = 0.0
+        probs[rows[wins], 1 + best[wins]] = np.maximum(1.0 - probs[wins, 1:].sum(1), self.share)
         total = probs[:, 1:].sum(1)
         if not self._allowed.any():  # only newcomers are left
             probs[:, 1:] /= np.maximum(total, 1e-12)[:, None]

@@ -107,6 +107,7 @@ def run_new_worker(train: OutcomeMatrix, test: OutcomeMatrix, name: str, *, cost
         "n_train": len(train),
         "n_test": n,
         "price_used": _r(price, 6),
+        "prior_scale": newcomers.prior_scale,
         "actions": {a.name: {"workers": list(a.workers), "prior_quality": _r(a.head.prior),
                              "share": _r((chose == k).mean()),
                              "share_last_half": _r((chose[half:] == k).mean()), "updates": a.head.updates}
