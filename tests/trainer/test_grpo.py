@@ -295,5 +295,39 @@ def test_grpo_cli_trains_a_lora_adapter_that_loads_and_prefers_the_right_worker(
         reward = PlanOutcomeReward(data.outcomes, data.prompts.worker_names, data.prompts.bounds)
         assert reward.judge(text, data.prompts.rows[0]["query_key"]).reason == "known", text
         assert math.isfinite(float(tuned(**ids).logits.float().abs().max()))
+        serve_the_adapter(config, base_dir, adapter, base, tuned, ids)
     finally:
         torch.set_num_threads(threads)
+
+
+def serve_the_adapter(config, base_dir, adapter, base, tuned, ids) -> None:
+    """The router's CPU conductor serves the adapter as trained: its model computes what the trained
+    model does (the adapter merged into the weights), and a pool in another order is refused."""
+    import asyncio
+
+    import torch
+
+    from baton_router.conductor import build_backend
+    from baton_router.conductor.common import ConductorUnavailable
+
+    def served(workers: list[dict]):
+        data = config_data()
+        data["workers"] = workers
+        data["conductor"].update(backend="transformers", transformers={"model_path": str(base_dir), "adapter": str(adapter), "temperature": 0})
+        cfg = BatonConfig(**data)
+        return build_backend(cfg.conductor, cfg.workers)
+
+    backend = served(config_data()["workers"])
+    asyncio.run(backend.start())
+    try:
+        merged = backend._loaded.model
+        assert backend._loaded.version == "base+out"
+        with torch.inference_mode():
+            want, got, plain = (m(**ids).logits for m in (tuned, merged, base))
+        assert torch.allclose(got, want, atol=1e-4)
+        assert not torch.allclose(got, plain, atol=1e-4)  # the adapter changed what the model computes
+    finally:
+        asyncio.run(backend.aclose())
+    reordered = served(list(reversed(config_data()["workers"])))
+    with pytest.raises(ConductorUnavailable, match="trained for the pool"):
+        asyncio.run(reordered.start())

@@ -157,6 +157,11 @@ class TransformersConductorConfig(_Strict):
         description="Where a GGUF model is kept once converted (safetensors, about 4 bytes per parameter), so later "
         "starts load in about a second instead of parsing the GGUF again; unset: convert at every start.",
     )
+    adapter: Path | None = Field(
+        default=None,
+        description="LoRA adapter directory (what `baton-trainer grpo` writes to OUT/adapter) merged into the model "
+        "at load; it must have been trained on the same base model and worker pool. Unset: the base model.",
+    )
     device: str = Field(default="cpu", description="Torch device: 'cpu', 'cuda', 'cuda:1', ... or 'auto'.")
     threads: int | None = Field(default=None, ge=1, description="Torch CPU threads; unset keeps torch's default.")
     max_new_tokens: int = Field(
@@ -616,6 +621,7 @@ def _resolve_paths(config: BatonConfig, base: Path) -> BatonConfig:
     transformers = config.conductor.transformers
     transformers.model_path = maybe_resolved(transformers.model_path)
     transformers.cache_dir = maybe_resolved(transformers.cache_dir)
+    transformers.adapter = maybe_resolved(transformers.adapter)
     if config.conductor.vllm is not None:
         vllm = config.conductor.vllm
         vllm.adapters = {name: resolved(path) for name, path in vllm.adapters.items()}

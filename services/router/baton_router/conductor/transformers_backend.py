@@ -136,6 +136,11 @@ class _Loaded:
         model = AutoModelForCausalLM.from_pretrained(str(source), dtype=dtype, local_files_only=True, **kwargs)
         if converted is not None and not self.from_cache:
             _save_converted(model, self.tokenizer, converted)
+        if settings.adapter is not None:
+            model = _with_adapter(model, settings.adapter, prompter.worker_names)
+            where = Path(settings.adapter).resolve()
+            # The trainer writes OUT/adapter: OUT names the run.
+            self.version += f"+{where.parent.name if where.name == 'adapter' else where.name}"
         self.model = model.to(device)
         self.model.eval()
         # Left padding keeps every prompt's last token at the end, where generation continues.
@@ -190,6 +195,32 @@ def _save_converted(model, tokenizer, target: Path) -> None:
             import shutil
 
             shutil.rmtree(partial, ignore_errors=True)
+
+
+# What `baton-trainer grpo` writes beside the adapter's weights: the pool it was trained on, among others.
+ADAPTER_MANIFEST = "baton_grpo.json"
+
+
+def _with_adapter(model, adapter: Path, worker_names: Sequence[str]):
+    """The model with a LoRA adapter merged into its weights: plans cost what the base model's do.
+
+    An adapter learned which worker each "Model i" of its prompts was: served to a pool in another
+    order, or another pool, it would route by the wrong indices, so that is refused at load."""
+    adapter = Path(adapter)
+    if not (adapter / "adapter_config.json").is_file():
+        raise ConductorUnavailable(f"conductor.transformers.adapter: {adapter} holds no adapter_config.json")
+    manifest = adapter / ADAPTER_MANIFEST
+    if manifest.is_file():
+        trained = json.loads(manifest.read_text()).get("worker_names")
+        if trained is not None and list(trained) != list(worker_names):
+            raise ConductorUnavailable(f"the adapter in {adapter} was trained for the pool {trained}; this pool is "
+                                       f"{list(worker_names)}: the prompt's model numbers would mean other workers")
+    try:
+        from peft import PeftModel
+    except ImportError as e:
+        raise ConductorUnavailable(f"conductor.transformers.adapter needs peft: install baton-router[transformers] "
+                                   f"({e})") from e
+    return PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
 
 
 def _grammar_processor(grammar):
