@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from testbed import default_config_data, pool
 
 from baton.v1 import common_pb2, requests_pb2
-from baton_conductor.prompt import DEFAULT_CARD, conductor_messages, question
+from baton_conductor.prompt import DEFAULT_CARD, conductor_messages, copies_example, example_plan, question
 from baton_conductor.schema import PlanBounds, parse_plan, plan_grammar, plan_json_schema, plan_model, subtask_limits
 from baton_platform.config import (
     BatonConfig,
@@ -244,3 +244,14 @@ def test_the_conductor_learns_that_the_last_step_gets_the_clients_tools():
     request.messages.add(role="assistant", tool_calls=[common_pb2.ToolCall(id="c1", name="get_weather", arguments="{}")])
     request.messages.add(role="tool", tool_call_id="c1", name="get_weather", content="Sunny")
     assert "already holds results of tool calls" in prompter.messages(request)[1]["content"]
+
+
+def test_a_plan_that_copies_the_worked_example_is_told_from_one_that_works_on_its_question():
+    for max_steps in (1, 3):
+        example = json.loads(example_plan(3, max_steps))
+        assert copies_example(example["subtasks"])
+    assert copies_example(["Compute 17*24 step by step.", "Name the capital of France."])
+    assert copies_example(["  check the calculation and state the FINAL answer "])
+    assert not copies_example(["Name the capital of France.", "Check the answer and state it."])
+    assert not copies_example(["Compute 17 * 25 step by step."])
+    assert not copies_example([])

@@ -16,6 +16,7 @@ from testbed import MMLU_PRO, default_config_data
 
 from baton.v1 import common_pb2, requests_pb2
 from baton_conductor import Prompter, render_plan
+from baton_conductor.prompt import example_plan
 from baton_platform.config import BatonConfig, load_config
 from baton_policy.matrix import from_rows, read_rows
 from baton_reward_logger.episodes import EPISODE_SCHEMA
@@ -214,6 +215,11 @@ def test_the_reward_scores_each_plan_by_its_own_logged_outcome(matrix_slice):
     scores = reward(completions=group, query_key=[key] * len(group))
     assert scores == [RIGHT, WRONG, RIGHT, WRONG, INVALID, INVALID, INVALID, INVALID, RIGHT, WRONG]
     assert statistics.pstdev(scores) > 0  # the group has spread: GRPO gets advantages
+    # The prompt's worked example, copied: its last worker was right on this query, but it would be told
+    # to work on the example's arithmetic, so the plan earns what an invalid one does.
+    copied = example_plan(3, 3)
+    assert json.loads(copied)["model_id"][-1] == 0
+    assert reward.judge(copied, key).reason == "copied" and reward(completions=[copied], query_key=[key]) == [INVALID]
     # Chat prompts give chat completions.
     chat = [[{"role": "assistant", "content": group[0]}], [{"role": "assistant", "content": group[1]}]]
     assert reward(completions=chat, query_key=[key, key]) == [RIGHT, WRONG]
@@ -296,6 +302,7 @@ def test_grpo_cli_trains_a_lora_adapter_that_loads_and_prefers_the_right_worker(
         assert reward.judge(text, data.prompts.rows[0]["query_key"]).reason == "known", text
         assert math.isfinite(float(tuned(**ids).logits.float().abs().max()))
         serve_the_adapter(config, base_dir, adapter, base, tuned, ids)
+        table_with_the_adapter(tmp_path, cfg_path, base_dir, adapter)
     finally:
         torch.set_num_threads(threads)
 
@@ -331,3 +338,47 @@ def serve_the_adapter(config, base_dir, adapter, base, tuned, ids) -> None:
     reordered = served(list(reversed(config_data()["workers"])))
     with pytest.raises(ConductorUnavailable, match="trained for the pool"):
         asyncio.run(reordered.start())
+
+
+def table_with_the_adapter(tmp_path, cfg_path, base_dir, adapter) -> None:
+    """`baton eval table` compares every router on the same held-out rows, the adapter included."""
+    import csv
+    import io
+    from contextlib import redirect_stdout
+
+    from baton_tools.conductor_table import main as table_main
+
+    header, rows = read_rows(MMLU_PRO)
+    train, held_out = rows[:300], rows[300:]
+    seen = {r["prompt"].strip() for r in train}
+    held_out = [r for r in held_out if r["prompt"].strip() not in seen][:6]
+    for name, part in (("train.csv", train), ("test.csv", held_out)):
+        with (tmp_path / name).open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=header)
+            writer.writeheader()
+            writer.writerows(part)
+    report = tmp_path / "table"
+    out = io.StringIO()
+    with redirect_stdout(out):
+        code = table_main(["--config", str(cfg_path), "--train", str(tmp_path / "train.csv"), "--test",
+                           str(tmp_path / "test.csv"), "--rows", "6", "--model", str(base_dir), "--adapter",
+                           f"grpo={adapter}", "--report", str(report), "--json"])
+    assert code == 0, out.getvalue()
+    result = json.loads(out.getvalue())
+    table = result["table"]
+    names = list(table)
+    assert names[0] == "static plan" and names[1].startswith("best single (")
+    assert names[2:] == ["fast policy (W=0)", "LLM conductor, untrained", "LLM conductor, GRPO grpo"]
+    pro = statistics.mean(float(r["gemini-1.5-pro-002"]) for r in held_out)
+    assert table["static plan"]["accuracy"] == pytest.approx(pro, abs=1e-4)  # its last step is gemini-pro
+    for name in ("LLM conductor, untrained", "LLM conductor, GRPO grpo"):
+        row = table[name]
+        assert 0 <= row["accuracy"] <= row["accuracy_crediting_copies"] <= 1
+        assert row["valid_share"] == 1.0  # the router's grammar: every plan parses and passes its rules
+        assert row["calls_per_query"] >= 1
+    assert {p.name for p in report.iterdir()} == {"result.json", "table.md", "cost_quality.png"}
+    # A test file that shares a question with the training file is refused, not scored.
+    with redirect_stdout(io.StringIO()) as refused:
+        code = table_main(["--config", str(cfg_path), "--train", str(tmp_path / "train.csv"), "--test",
+                           str(tmp_path / "train.csv"), "--rows", "2"])
+    assert code == 2 and "share" in refused.getvalue()

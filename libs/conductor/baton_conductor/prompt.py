@@ -44,9 +44,12 @@ Reply with one JSON object holding three lists of equal length, one entry per st
 a list of step numbers counted from 0, or "all". The first step reads nothing.
 The last step's output is the final answer."""
 
+EXAMPLE_QUESTION = "What is 17 * 24?"
+EXAMPLE_SUBTASKS = ("Compute 17 * 24 step by step.", "Check the calculation and state the final answer.",
+                    "Compute 17 * 24 step by step and state the result.")
 EXAMPLE = """
 
-Example question: What is 17 * 24?
+Example question: {question}
 Example workflow: {example}"""
 
 
@@ -58,13 +61,21 @@ def cards_from(workers: Sequence) -> list[str]:
 def example_plan(pool_size: int, max_steps: int) -> str:
     """A two-step worked example (one step when only one is allowed), using the pool's own indices."""
     if max_steps == 1:
-        return render_plan([0], ["Compute 17 * 24 step by step and state the result."], [[]])
+        return render_plan([0], [EXAMPLE_SUBTASKS[2]], [[]])
     second = 1 if pool_size > 1 else 0
-    return render_plan(
-        [second, 0],
-        ["Compute 17 * 24 step by step.", "Check the calculation and state the final answer."],
-        [[], [0]],
-    )
+    return render_plan([second, 0], list(EXAMPLE_SUBTASKS[:2]), [[], [0]])
+
+
+def copies_example(subtasks: Sequence[str]) -> bool:
+    """Whether a plan copied the worked example instead of working on its question: one of its
+    instructions is the example's, or is about the example's arithmetic. Small conductors do this
+    (SmolLM2-135M in most plans), and it is measured before and after training."""
+    own = {_plain(t) for t in EXAMPLE_SUBTASKS}
+    return any(_plain(t) in own or "17*24" in _plain(t).replace(" ", "") for t in subtasks)
+
+
+def _plain(text: str) -> str:
+    return " ".join(text.lower().split()).rstrip(".")
 
 
 def system_prompt(cards: Sequence[str], bounds: PlanBounds, example: bool = True) -> str:
@@ -74,7 +85,7 @@ def system_prompt(cards: Sequence[str], bounds: PlanBounds, example: bool = True
         max_chars=bounds.max_subtask_chars,
     )
     if example:
-        text += EXAMPLE.format(example=example_plan(bounds.pool_size, bounds.max_steps))
+        text += EXAMPLE.format(question=EXAMPLE_QUESTION, example=example_plan(bounds.pool_size, bounds.max_steps))
     return text
 
 

@@ -28,6 +28,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from baton.v1 import common_pb2, requests_pb2
 from baton_conductor import PlanBounds, Prompter
 from baton_graders import GradingError, grade
@@ -213,16 +215,21 @@ def matrix_column(worker: WorkerConfig, models: Sequence[str]) -> str | None:
     return None
 
 
-def outcomes_from_matrix(matrix: OutcomeMatrix, workers: Sequence[WorkerConfig], *,
-                         columns: Mapping[str, str] | None = None) -> OutcomeTable:
-    """The outcome table of a replay matrix for a configured pool.
+def _call_cost(matrix: OutcomeMatrix, i: int, j: int, worker: WorkerConfig) -> float | None:
+    """What one call of `worker` cost on row i, recorded in column j: USD as recorded, or characters
+    priced with the worker's configured prices (tokens estimated as the sim executor does: characters
+    / 4 for the prompt and for the output); None when the matrix records neither."""
+    if matrix.cost_source == COST_TOTAL:
+        return float(matrix.costs[i, j])
+    if matrix.cost_source == COST_CHARS:
+        prompt_tokens = len(matrix.prompts[i]) // CHARS_PER_TOKEN
+        return worker.price.cost(prompt_tokens, int(float(matrix.costs[i, j])) // CHARS_PER_TOKEN)
+    return None
 
-    Costs: a matrix with `total_cost` columns gives USD directly; one with `output_chars` is priced with
-    each worker's configured prices, estimating tokens as the sim executor does (characters / 4 for the
-    prompt and for the output); a matrix with neither leaves costs unknown.
-    """
+
+def _pool_columns(matrix: OutcomeMatrix, workers: Sequence[WorkerConfig],
+                  columns: Mapping[str, str] | None = None) -> list[tuple[WorkerConfig, int]]:
     columns = dict(columns or {})
-    table = OutcomeTable([w.name for w in workers])
     picks = []
     for w in workers:
         column = columns.get(w.name) or matrix_column(w, matrix.models)
@@ -232,17 +239,39 @@ def outcomes_from_matrix(matrix: OutcomeMatrix, workers: Sequence[WorkerConfig],
             picks.append((w, matrix.models.index(column)))
     if not picks:
         raise ValueError(f"no worker of the pool has a column in the matrix (models: {matrix.models[:8]} ...)")
+    return picks
+
+
+def outcomes_from_matrix(matrix: OutcomeMatrix, workers: Sequence[WorkerConfig], *,
+                         columns: Mapping[str, str] | None = None) -> OutcomeTable:
+    """The outcome table of a replay matrix for a configured pool (costs as `_call_cost` prices them).
+    Workers without a column in the matrix have no outcomes."""
+    table = OutcomeTable([w.name for w in workers])
+    picks = _pool_columns(matrix, workers, columns)
     for i, prompt in enumerate(matrix.prompts):
-        prompt_tokens = len(prompt) // CHARS_PER_TOKEN
         for w, j in picks:
-            cost = None
-            if matrix.cost_source == COST_TOTAL:
-                cost = float(matrix.costs[i, j])
-            elif matrix.cost_source == COST_CHARS:
-                chars = float(matrix.costs[i, j])
-                cost = w.price.cost(prompt_tokens, int(chars) // CHARS_PER_TOKEN)
-            table.add(prompt, w.name, float(matrix.scores[i, j]), cost)
+            table.add(prompt, w.name, float(matrix.scores[i, j]), _call_cost(matrix, i, j, w))
     return table
+
+
+def pool_matrix(matrix: OutcomeMatrix, workers: Sequence[WorkerConfig]) -> OutcomeMatrix:
+    """The matrix as the configured pool sees it: one column per worker, named after it, in pool order,
+    with each call priced in USD as the GRPO reward prices it. Every plan of the pool can then be scored
+    on it, so a conductor, the fast policy and single workers are compared on the same rows and costs."""
+    picks = _pool_columns(matrix, workers)
+    missing = [w.name for w in workers if w.name not in {p.name for p, _ in picks}]
+    if missing:
+        raise ValueError(f"workers {missing} have no column in the matrix: their plans could not be scored")
+    if matrix.cost_source not in (COST_TOTAL, COST_CHARS):
+        raise ValueError("the matrix records no cost (<model>|total_cost or <model>|output_chars columns)")
+    cols = [j for _, j in picks]
+    costs = np.array([[_call_cost(matrix, i, j, w) for w, j in picks] for i in range(len(matrix))], dtype=float)
+    return OutcomeMatrix(
+        sample_ids=list(matrix.sample_ids), eval_names=list(matrix.eval_names), prompts=list(matrix.prompts),
+        models=[w.name for w, _ in picks], scores=matrix.scores[:, cols], costs=costs.reshape(len(matrix), len(cols)),
+        cost_source=COST_TOTAL, reference=matrix.reference,
+        answers=matrix.answers[:, cols] if matrix.answers is not None else None,
+        output_chars=matrix.output_chars[:, cols] if matrix.output_chars is not None else None)
 
 
 # ---------------------------------------------------------------- prompts

@@ -5,6 +5,10 @@ on what each sample wrote, never on the prompt alone. A sampled plan is read wit
 parser and rules (`parse_plan`, `plan_problems`), so it earns credit only if the router would run it:
 
 - unparseable or invalid (the router would replace it with the safe plan): `INVALID` = 0;
+- valid but copying the prompt's worked example (`copies_example`): `INVALID` too. Its workers would be
+  told to work on the example's arithmetic, not on the question, so the logged outcome of its last
+  worker says nothing about its answer; small conductors copy the example in most plans, and a reward
+  that credited it would teach them to copy more;
 - valid: the last step's output is the answer, so the plan is worth what its last step's worker scored
   on this query in the logs. With q the logged quality of that worker on that query (the share of its
   runs graded right), the reward is WRONG + (RIGHT - WRONG) * q: 1 for a worker that was right, 0.5
@@ -26,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from baton_conductor import ConductorOutputError, PlanBounds, parse_plan
+from baton_conductor import ConductorOutputError, PlanBounds, copies_example, parse_plan
 from baton_workflow import CONDUCTOR, Plan, plan_problems
 
 from .grpo_data import OutcomeTable
@@ -40,7 +44,7 @@ UNKNOWN = (RIGHT + WRONG) / 2
 @dataclass(frozen=True)
 class Verdict:
     reward: float
-    reason: str  # "invalid", "unknown" or "known"
+    reason: str  # "invalid", "copied", "unknown" or "known"
     plan: Plan | None = None
     detail: str = ""
 
@@ -87,6 +91,8 @@ class PlanOutcomeReward:
         problems = plan_problems(plan, self.worker_names, self.bounds.max_steps)
         if problems:
             return Verdict(INVALID, "invalid", plan, "; ".join(problems))
+        if copies_example(plan.subtasks):
+            return Verdict(INVALID, "copied", plan, "the plan copies the prompt's worked example")
         # A conductor step keeps or corrects the answer before it; offline, only keeping it can be
         # scored, so the plan earns the outcome of its last step on a worker.
         answering = [w for w in plan.workers if w != CONDUCTOR]
@@ -120,6 +126,7 @@ class PlanOutcomeReward:
         log_metric = kwargs.get("log_metric")
         if callable(log_metric) and verdicts:
             # How many samples the router could run, and how many the logs could judge.
-            log_metric("plan_valid_share", sum(v.reason != "invalid" for v in verdicts) / len(verdicts))
+            log_metric("plan_valid_share", sum(v.reason not in ("invalid", "copied") for v in verdicts) / len(verdicts))
+            log_metric("plan_copied_share", sum(v.reason == "copied" for v in verdicts) / len(verdicts))
             log_metric("plan_known_share", sum(v.reason == "known" for v in verdicts) / len(verdicts))
         return [v.reward for v in verdicts]

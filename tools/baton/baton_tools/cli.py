@@ -77,6 +77,10 @@ def cmd_train_demo(args) -> int:
 
 
 def cmd_eval(args) -> int:
+    if args.mode == "table":
+        from baton_tools import conductor_table
+
+        return conductor_table.main(args.rest)
     from baton_trainer import replay
 
     return replay.main(args.rest)
@@ -128,9 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--train", type=int, default=500)
     p.add_argument("--fresh", type=int, default=200)
     p.set_defaults(fn=cmd_train_demo)
-    p = sub.add_parser("eval", help="offline evaluation: `baton eval replay --train A.csv --test B.csv --json`")
-    p.add_argument("mode", choices=["replay"])
-    p.add_argument("rest", nargs=argparse.REMAINDER, help="arguments of the replay evaluation (see --help)")
+    p = sub.add_parser("eval", help="offline evaluation: `baton eval replay --train A.csv --test B.csv --json` (the "
+                       "fast policy), `baton eval table --config C --train A.csv --test B.csv` (every router, LLM "
+                       "conductors included, on the same rows)")
+    p.add_argument("mode", choices=["replay", "table"])
+    p.add_argument("rest", nargs=argparse.REMAINDER, help="arguments of the evaluation (see --help)")
     p.set_defaults(fn=cmd_eval)
     p = sub.add_parser("keys", help="gateway API keys: `baton keys create --tenant NAME`, `baton keys hash < KEY`")
     p.add_argument("action", choices=["create", "hash"])

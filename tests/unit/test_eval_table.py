@@ -1,0 +1,73 @@
+"""`baton eval table`'s scoring: plans on the pool's view of an outcome matrix, with the router's rules
+for invalid plans and the copied worked example counted as a wrong answer."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from testbed import MMLU_PRO, default_config_data
+
+from baton_conductor import ConductorOutputError
+from baton_conductor.prompt import EXAMPLE_SUBTASKS
+from baton_platform.config import BatonConfig
+from baton_policy.matrix import load_matrix
+from baton_router.conductor.base import Proposal
+from baton_tools.conductor_table import llm_row, score_plans
+from baton_trainer.grpo_data import outcomes_from_matrix, pool_matrix, query_key
+from baton_workflow import Plan
+
+
+@pytest.fixture(scope="module")
+def config() -> BatonConfig:
+    return BatonConfig(**default_config_data())
+
+
+@pytest.fixture(scope="module")
+def pool(config):
+    return pool_matrix(load_matrix(MMLU_PRO).subset(range(40)), config.workers)
+
+
+def test_the_pool_sees_one_column_per_worker_priced_as_the_grpo_reward_prices_it(config, pool):
+    matrix = load_matrix(MMLU_PRO).subset(range(40))
+    assert pool.models == ["gemini-pro", "gemini-flash", "llama-70b"]
+    assert np.array_equal(pool.scores[:, 0], matrix.scores[:, matrix.models.index("gemini-1.5-pro-002")])
+    table = outcomes_from_matrix(matrix, config.workers)
+    for i in (0, 17):
+        key = query_key(matrix.prompts[i])
+        assert pool.costs[i, 1] == pytest.approx(table.get(key, "gemini-flash").cost_usd)
+    data = default_config_data()
+    data["workers"][0]["model"] = "no-such-model"
+    with pytest.raises(ValueError, match="gemini-pro"):
+        pool_matrix(matrix, BatonConfig(**data).workers)
+
+
+def test_a_plan_is_worth_its_last_workers_answer_and_costs_every_step(pool):
+    n = len(pool)
+    one = score_plans(pool, [["gemini-flash"]] * n)
+    two = score_plans(pool, [["gemini-pro", "gemini-flash"]] * n)
+    assert one["accuracy"] == two["accuracy"] == pytest.approx(pool.scores[:, 1].mean(), abs=1e-4)
+    assert two["avg_cost"] == pytest.approx((pool.costs[:, 0] + pool.costs[:, 1]).mean(), rel=1e-3)
+    assert (one["calls_per_query"], two["calls_per_query"]) == (1.0, 2.0)
+    assert score_plans(pool, [["gemini-pro"]] * n, wrong=[True] * n)["accuracy"] == 0.0
+    with pytest.raises(ValueError, match="plans for"):
+        score_plans(pool, [["gemini-pro"]])
+
+
+def test_llm_plans_follow_the_routers_rules_and_copies_of_the_example_are_wrong(config, pool):
+    pool = pool.subset(range(4))
+    right = int(np.flatnonzero(pool.scores[:, 0] == 1)[0])
+
+    def proposal(workers, subtasks):
+        return Proposal(plan=Plan(workers=workers, subtasks=subtasks, access=[[]] + [[0]] * (len(workers) - 1)))
+
+    proposals = [proposal(["gemini-pro"], ["Answer the question."]) for _ in range(4)]
+    proposals[(right + 1) % 4] = ConductorOutputError("not JSON")  # the router runs the fallback plan
+    proposals[(right + 2) % 4] = proposal(["nobody"], ["Answer."])  # names no worker: the fallback plan too
+    proposals[right] = proposal(["gemini-flash", "gemini-pro"], list(EXAMPLE_SUBTASKS[:2]))
+    row = llm_row(config, pool, proposals)
+    assert row["valid_share"] == 0.5 and row["copied_example"] == 0.25
+    # The fallback plan (gemini-pro) answers the invalid ones; the copy is wrong though gemini-pro was right.
+    credited = pool.scores[:, 0].mean()
+    assert row["accuracy_crediting_copies"] == pytest.approx(credited, abs=1e-4)
+    assert row["accuracy"] == pytest.approx(credited - 0.25, abs=1e-4)
+    assert row["calls_per_query"] == 1.25

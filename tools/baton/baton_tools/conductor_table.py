@@ -1,0 +1,238 @@
+"""`baton eval table`: every way Baton can route, scored on the same held-out rows of an outcome matrix.
+
+    baton eval table --config config/examples/replay-pool.yaml --train A.csv --test B.csv \
+        [--rows 200] [--cost-weight W] [--model DIR] [--adapter NAME=DIR ...] [--report DIR] [--json]
+
+Rows of the table, each scored on the first `--rows` rows of TEST as the config's worker pool sees
+them (`pool_matrix`: one column per worker, each call priced in USD with the worker's prices):
+
+- the static plan: `conductor.plan`, the same workflow for every query;
+- the best single worker of the pool, on these rows;
+- the fast policy, trained on TRAIN with cost weight W (`baton eval replay`'s policy, on the pool);
+- the LLM conductor untrained (`--model`, else the config's), and once per `--adapter` (a GRPO LoRA
+  adapter from `baton-trainer grpo`). Its plans are written by the router's own transformers backend,
+  prompt, grammar and all, decoding greedily (`--temperature`); a plan the router would refuse is
+  replaced by `conductor.fallback_plan`, as the router does, and counted as invalid.
+
+A plan is scored as replay scores it: its answer is its last worker's recorded answer, it costs the sum
+of its steps' recorded costs, and every step is a call. `copied_example` is the share of plans that
+copied the prompt's worked example (`baton_conductor.copies_example`): their workers would be told to
+work on the example's arithmetic, so their answers count as wrong (`accuracy_crediting_copies` gives
+them their last worker's recorded answer instead).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from baton.v1 import common_pb2, requests_pb2
+from baton_conductor import ConductorOutputError, copies_example
+from baton_platform.config import BatonConfig, ConfigError, load_config
+from baton_router.conductor import build_backend
+from baton_router.conductor.common import ConductorUnavailable
+from baton_workflow import CONDUCTOR, plan_problems
+
+
+def _r(x: float | np.floating, nd: int = 4) -> float:
+    return float(round(float(x), nd))
+
+
+def score_plans(pool, plans: Sequence[Sequence[str]], wrong: Sequence[bool] | None = None) -> dict:
+    """Accuracy, cost and calls of one plan per row of `pool` (a `pool_matrix`), plans given as worker
+    names; `wrong[i]` scores row i's answer as wrong whatever its worker recorded. A conductor step is an
+    inner call replay cannot score: it keeps the answer before it."""
+    if len(plans) != len(pool):
+        raise ValueError(f"{len(plans)} plans for {len(pool)} rows")
+    column = {name: j for j, name in enumerate(pool.models)}
+    scores, costs, calls = [], [], []
+    for i, workers in enumerate(plans):
+        ran = [column[w] for w in workers if w != CONDUCTOR]
+        scores.append(pool.scores[i, ran[-1]] if ran and not (wrong and wrong[i]) else 0.0)
+        costs.append(sum(pool.costs[i, j] for j in ran))
+        calls.append(len(ran))
+    return {"accuracy": _r(np.mean(scores)), "avg_cost": _r(np.mean(costs), 6),
+            "calls_per_query": _r(np.mean(calls), 3)}
+
+
+def _shares(plans: Sequence[Sequence[str]], top: int = 5) -> dict[str, float]:
+    counts = Counter(" > ".join(p) for p in plans)
+    return {k: _r(v / len(plans), 3) for k, v in counts.most_common(top)}
+
+
+def llm_config(config: BatonConfig, *, model: Path | None, adapter: Path | None, temperature: float) -> BatonConfig:
+    data = config.model_dump(mode="python")
+    conductor = data["conductor"]
+    conductor["backend"] = "transformers"
+    settings = conductor["transformers"]
+    settings.update(temperature=temperature, adapter=adapter, seed=0)
+    if model is not None:
+        settings.update(model_path=model, gguf_file=None)
+    return BatonConfig(**data)
+
+
+async def write_plans(config: BatonConfig, questions: Sequence[str]) -> tuple[list, float]:
+    """One proposal (or the error the router would have met) per question, from the router's backend."""
+    backend = build_backend(config.conductor, config.workers)
+    await backend.start()
+    started = time.perf_counter()
+
+    async def one(i: int, text: str):
+        request = requests_pb2.ChatRequest(request_id=f"eval-{i}", policy="baton",
+                                           messages=[common_pb2.ChatMessage(role="user", content=text)])
+        try:
+            return await backend.propose(request)
+        except ConductorOutputError as e:
+            return e
+
+    try:
+        proposals = await asyncio.gather(*(one(i, q) for i, q in enumerate(questions)))
+    finally:
+        await backend.aclose()
+    return list(proposals), time.perf_counter() - started
+
+
+def llm_row(config: BatonConfig, pool, proposals: Sequence) -> dict:
+    names = [w.name for w in config.workers]
+    fallback = list(config.conductor.fallback_plan.workers)
+    plans, valid, copied = [], [], []
+    for p in proposals:
+        ok = not isinstance(p, Exception) and not plan_problems(p.plan, names, config.conductor.max_steps)
+        valid.append(ok)
+        copied.append(ok and copies_example(p.plan.subtasks))
+        plans.append(list(p.plan.workers) if ok else fallback)
+    n = len(proposals)
+    # A copied plan tells its workers to work on the example's arithmetic: its answer is counted wrong,
+    # whatever its last worker recorded on the question (as the GRPO reward counts it invalid).
+    return {**score_plans(pool, plans, wrong=copied), "valid_share": _r(sum(valid) / n, 3),
+            "copied_example": _r(sum(copied) / n, 3),
+            "accuracy_crediting_copies": score_plans(pool, plans)["accuracy"], "plans": _shares(plans)}
+
+
+def run_table(config: BatonConfig, train_path: Path, test_path: Path, *, rows: int, cost_weight: float,
+              model: Path | None, adapters: dict[str, Path], temperature: float, log=print) -> dict:
+    from baton_policy.matrix import load_matrix
+    from baton_trainer.grpo_data import pool_matrix
+    from baton_trainer.replay import refuse_shared_questions, run_replay
+
+    train = pool_matrix(load_matrix(train_path), config.workers)
+    test = pool_matrix(load_matrix(test_path), config.workers)
+    refuse_shared_questions(train, test)
+    test = test.subset(range(min(rows, len(test))))
+    n = len(test)
+    table: dict[str, dict] = {}
+    static = list(config.conductor.plan.workers)
+    table["static plan"] = {**score_plans(test, [static] * n), "plans": {" > ".join(static): 1.0}}
+    singles = {w: score_plans(test, [[w]] * n) for w in test.models}
+    best = max(singles, key=lambda w: (singles[w]["accuracy"], -singles[w]["avg_cost"]))
+    table[f"best single ({best})"] = {**singles[best], "plans": {best: 1.0}}
+    log(f"[table] fast policy on {len(train)} training rows, W={cost_weight}")
+    replay, _, _ = run_replay(train, test, cost_weight=cost_weight)
+    table[f"fast policy (W={cost_weight:g})"] = {k: replay[k] for k in ("accuracy", "avg_cost", "calls_per_query")} | {
+        "plans": dict(list(replay["workflow_shares"].items())[:5])}
+    timing = {}
+    for label, adapter in [("LLM conductor, untrained", None), *((f"LLM conductor, GRPO {k}", v) for k, v in adapters.items())]:
+        log(f"[table] {label}: planning {n} questions")
+        llm = llm_config(config, model=model, adapter=adapter, temperature=temperature)
+        proposals, seconds = asyncio.run(write_plans(llm, test.prompts))
+        table[label] = llm_row(llm, test, proposals)
+        timing[label] = _r(seconds, 1)
+    return {"rows": n, "test": str(test_path), "train": str(train_path), "pool": test.models,
+            "cost_source": "USD per query, each call priced with the worker's configured prices",
+            "temperature": temperature, "table": table, "frontier": replay["frontier"],
+            "singles": singles, "plan_seconds": timing}
+
+
+def markdown(result: dict) -> str:
+    lines = [f"{result['rows']} held-out rows of {result['test']}; pool {', '.join(result['pool'])}; "
+             f"cost in {result['cost_source']}.", "",
+             "| router | accuracy | cost per query (USD) | calls per query | valid plans | copied example |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for name, row in result["table"].items():
+        valid = f"{row['valid_share']:.1%}" if "valid_share" in row else ""
+        copied = f"{row['copied_example']:.1%}" if "copied_example" in row else ""
+        lines.append(f"| {name} | {row['accuracy']:.4f} | {row['avg_cost']:.6f} | {row['calls_per_query']:.2f} "
+                     f"| {valid} | {copied} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5.5), dpi=120)
+    for name, row in result["singles"].items():
+        ax.scatter([row["avg_cost"]], [row["accuracy"]], s=22, color="tab:gray", zorder=2)
+        ax.annotate(name, (row["avg_cost"], row["accuracy"]), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    pts = sorted(result["frontier"], key=lambda p: p["avg_cost"])
+    ax.plot([p["avg_cost"] for p in pts], [p["accuracy"] for p in pts], "-o", color="tab:blue", ms=3,
+            label="fast policy (several W)", zorder=3)
+    marks = iter(["s", "D", "^", "v", "P", "X", "*"])
+    for name, row in result["table"].items():
+        if name.startswith("best single"):
+            continue
+        ax.scatter([row["avg_cost"]], [row["accuracy"]], marker=next(marks, "o"), s=60, label=name, zorder=4)
+    ax.set_xlabel("average cost per query (USD)")
+    ax.set_ylabel("accuracy")
+    ax.set_title(f"Routing on {result['rows']} held-out rows")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _adapter(item: str) -> tuple[str, Path]:
+    name, sep, path = item.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"--adapter takes NAME=DIR, got {item!r}")
+    return name, Path(path)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="baton eval table", description=__doc__.split("\n")[0])
+    p.add_argument("--config", required=True, type=Path, help="Baton YAML: its workers are the pool, each with a "
+                   "column in the matrices (sim.column, else model, else name)")
+    p.add_argument("--train", required=True, type=Path, help="outcome matrix the fast policy is trained on")
+    p.add_argument("--test", required=True, type=Path, help="held-out outcome matrix (no question shared with TRAIN)")
+    p.add_argument("--rows", type=int, default=200, help="score the first ROWS rows of TEST (the LLM writes a plan each)")
+    p.add_argument("--cost-weight", type=float, default=0.0, help="the fast policy's cost weight W")
+    p.add_argument("--model", type=Path, help="the LLM conductor's base model directory; unset: the config's")
+    p.add_argument("--adapter", type=_adapter, action="append", default=[], metavar="NAME=DIR",
+                   help="a GRPO LoRA adapter (OUT/adapter of `baton-trainer grpo`); repeatable")
+    p.add_argument("--temperature", type=float, default=0.0, help="the LLM conductor's sampling; 0 is greedy")
+    p.add_argument("--report", type=Path, metavar="DIR", help="write table.md, cost_quality.png and result.json here")
+    p.add_argument("--json", action="store_true", help="print the JSON object on one line")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.rows < 1:
+        print(json.dumps({"error": "--rows must be at least 1"}))
+        return 2
+    try:
+        config = load_config(args.config)
+        result = run_table(config, args.train, args.test, rows=args.rows, cost_weight=args.cost_weight,
+                           model=args.model, adapters=dict(args.adapter), temperature=args.temperature,
+                           log=lambda msg: print(msg, file=sys.stderr, flush=True))
+    except (OSError, ValueError, ConfigError, ConductorUnavailable) as exc:
+        print(json.dumps({"error": str(exc)}))
+        return 2
+    if args.report:
+        args.report.mkdir(parents=True, exist_ok=True)
+        (args.report / "result.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
+        (args.report / "table.md").write_text(markdown(result), encoding="utf-8")
+        plot(result, args.report / "cost_quality.png")
+    print(json.dumps(result) if args.json else markdown(result))
+    return 0
