@@ -274,7 +274,8 @@ def test_grpo_cli_trains_a_lora_adapter_that_loads_and_prefers_the_right_worker(
         out = tmp_path / "out"
         code = main(["grpo", "--episodes", str(episodes_dir), "--config", str(cfg_path), "--model", str(base_dir),
                      "--out", str(out), "--steps", "3", "--num-generations", "4", "--learning-rate", "0.01",
-                     "--lora-r", "8", "--max-completion-length", "6", "--seed", "0", "--cpu"])
+                     "--lora-r", "8", "--max-completion-length", "6", "--constraint", "none", "--seed", "0",
+                     "--cpu"])
         assert code == 0
         adapter = out / "adapter"
         assert (adapter / "adapter_config.json").is_file() and (adapter / "adapter_model.safetensors").is_file()
@@ -303,6 +304,15 @@ def test_grpo_cli_trains_a_lora_adapter_that_loads_and_prefers_the_right_worker(
         assert math.isfinite(float(tuned(**ids).logits.float().abs().max()))
         serve_the_adapter(config, base_dir, adapter, base, tuned, ids)
         table_with_the_adapter(tmp_path, cfg_path, base_dir, adapter)
+
+        # Sampled under the router's grammar (the default), every sample is a plan the router would run.
+        code = main(["grpo", "--episodes", str(episodes_dir), "--config", str(cfg_path), "--model", str(base_dir),
+                     "--out", str(tmp_path / "constrained"), "--steps", "2", "--num-generations", "4",
+                     "--lora-r", "8", "--max-completion-length", "96", "--seed", "0", "--cpu", "--quiet"])
+        assert code == 0
+        manifest = json.loads((tmp_path / "constrained" / "adapter" / "baton_grpo.json").read_text())
+        assert manifest["constraint"] == "grammar"
+        assert manifest["valid_first"] == manifest["valid_last"] == 1.0
     finally:
         torch.set_num_threads(threads)
 
