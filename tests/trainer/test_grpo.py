@@ -306,13 +306,15 @@ def test_grpo_cli_trains_a_lora_adapter_that_loads_and_prefers_the_right_worker(
         table_with_the_adapter(tmp_path, cfg_path, base_dir, adapter)
 
         # Sampled under the router's grammar (the default), every sample is a plan the router would run.
+        # A time limit ends training after the step that passes it, and the adapter is still saved.
         code = main(["grpo", "--episodes", str(episodes_dir), "--config", str(cfg_path), "--model", str(base_dir),
-                     "--out", str(tmp_path / "constrained"), "--steps", "2", "--num-generations", "4",
-                     "--lora-r", "8", "--max-completion-length", "96", "--seed", "0", "--cpu", "--quiet"])
+                     "--out", str(tmp_path / "constrained"), "--steps", "50", "--time-limit", "0.001",
+                     "--num-generations", "4", "--lora-r", "8", "--max-completion-length", "96", "--seed", "0",
+                     "--cpu", "--quiet"])
         assert code == 0
         manifest = json.loads((tmp_path / "constrained" / "adapter" / "baton_grpo.json").read_text())
-        assert manifest["constraint"] == "grammar"
-        assert manifest["valid_first"] == manifest["valid_last"] == 1.0
+        assert manifest["constraint"] == "grammar" and manifest["valid_first"] == 1.0
+        assert (manifest["steps"], manifest["step_limit"]) == (1, 50)
     finally:
         torch.set_num_threads(threads)
 

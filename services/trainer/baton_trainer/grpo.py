@@ -84,6 +84,19 @@ def _sample_under_the_grammar(model, tokenizer, bounds, max_new_tokens: int) -> 
     model.generate = constrained
 
 
+def _time_limit(deadline: float):
+    """A TRL callback that stops training after the step that ends past `deadline` (time.monotonic)."""
+    from transformers import TrainerCallback
+
+    class TimeLimit(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if time.monotonic() >= deadline:
+                control.should_training_stop = True
+            return control
+
+    return TimeLimit()
+
+
 def train_grpo(
     model_path_or_model,
     tokenizer,
@@ -105,6 +118,7 @@ def train_grpo(
     cost_weight: float = 0.0,
     unknown_reward: float = UNKNOWN,
     seed: int = 0,
+    time_limit_s: float | None = None,
     use_cpu: bool | None = None,
     logging_steps: int = 1,
     progress: bool = True,
@@ -117,6 +131,7 @@ def train_grpo(
     `outcomes` the logged outcomes that score the sampled plans. Each optimizer step takes
     `prompts_per_step` prompts x `num_generations` samples. `use_cpu` defaults to "no GPU visible".
     `grpo_args` passes further `GRPOConfig` fields through (they win over the ones set here).
+    `time_limit_s` ends training after the first step that ends past it (the adapter is saved as usual).
 
     The adapter (adapter_config.json + weights) goes to `<output_dir>/adapter`, with `baton_grpo.json`
     beside it recording the pool order, the reward settings and the training summary.
@@ -144,7 +159,7 @@ def train_grpo(
     bf16 = (not use_cpu) and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     settings = {
         "output_dir": str(out / "trainer"),
-        "max_steps": steps,
+        "step_limit": steps,
         # One optimizer step per generation round: the batch is whole groups of one prompt's samples,
         # which is also what GRPO's divisibility rule asks for.
         "per_device_train_batch_size": prompts_per_step * num_generations,
@@ -169,9 +184,10 @@ def train_grpo(
     lora = LoraConfig(r=lora_r, lora_alpha=lora_alpha or 2 * lora_r, lora_dropout=lora_dropout,
                       target_modules=target_modules if isinstance(target_modules, str) else list(target_modules),
                       task_type="CAUSAL_LM")
-    trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=config, train_dataset=dataset.to_dataset(),
-                          processing_class=tokenizer, peft_config=lora)
     started = time.monotonic()
+    trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=config, train_dataset=dataset.to_dataset(),
+                          processing_class=tokenizer, peft_config=lora,
+                          callbacks=[_time_limit(started + time_limit_s)] if time_limit_s else None)
     result = trainer.train()
     seconds = time.monotonic() - started
     adapter_dir = out / ADAPTER_DIR
@@ -184,7 +200,8 @@ def train_grpo(
         "max_steps": dataset.bounds.max_steps,
         "max_subtask_chars": dataset.bounds.max_subtask_chars,
         "prompts": len(dataset),
-        "steps": steps,
+        "steps": trainer.state.global_step,
+        "step_limit": steps,
         "num_generations": num_generations,
         "prompts_per_step": prompts_per_step,
         "learning_rate": learning_rate,
@@ -236,6 +253,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train only on queries where the workers' logged outcomes differ")
     p.add_argument("--limit", type=int, default=None, help="at most this many training prompts")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--time-limit", type=float, default=None, metavar="MINUTES",
+                   help="stop after the step that ends past this many minutes of training, and save the adapter")
     p.add_argument("--cpu", action="store_true", help="train on the CPU even when a GPU is visible")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
@@ -266,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
         num_generations=args.num_generations, prompts_per_step=args.prompts_per_step,
         learning_rate=args.learning_rate, lora_r=args.lora_r, max_completion_length=args.max_completion_length,
         temperature=args.temperature, constraint=args.constraint, cost_weight=args.cost_weight, unknown_reward=args.unknown_reward,
-        seed=args.seed, use_cpu=True if args.cpu else None, progress=not args.quiet,
+        seed=args.seed, time_limit_s=args.time_limit * 60 if args.time_limit else None,
+        use_cpu=True if args.cpu else None, progress=not args.quiet,
     )
     print(json.dumps({"adapter_dir": str(adapter), **json.loads((adapter / MANIFEST).read_text())}))
     return 0
