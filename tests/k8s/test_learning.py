@@ -62,6 +62,19 @@ def job_ended(job: str) -> bool:
     return status.get("succeeded", 0) > 0 or status.get("failed", 0) > 0
 
 
+def summary_line(log: str) -> dict:
+    """The trainer's result: the last line of its log that is a JSON object. A container's log
+    interleaves stdout with stderr, where libraries may still write after the result (seen once: the
+    job succeeded and its last line was not the JSON)."""
+    for line in reversed(log.strip().splitlines()):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                continue
+    raise AssertionError(f"no JSON result in the trainer's log:\n{log[-3000:]}")
+
+
 @pytest.mark.timeout(1500)
 def test_the_trainer_job_learns_from_the_clusters_episodes_and_the_router_serves_its_policy(tmp_path):
     override = tmp_path / "learning.yaml"
@@ -88,7 +101,7 @@ def test_the_trainer_job_learns_from_the_clusters_episodes_and_the_router_serves
     wait_until(lambda: job_ended(job), 900, f"job {job} to end")
     log = kubectl("logs", f"job/{job}")
     assert kubectl_json("get", "job", job)["status"].get("succeeded", 0) == 1, log[-3000:]
-    trained = json.loads(log.strip().splitlines()[-1])
+    trained = summary_line(log)
     summary = {k: trained.get(k) for k in ("candidate", "train_episodes", "gate", "published", "reason")}
     print(f"{len(rows)} graded requests; trainer job in {time.monotonic() - started:.0f}s: {json.dumps(summary)}")
     assert trained.get("published"), trained
