@@ -159,7 +159,7 @@ def train_grpo(
     bf16 = (not use_cpu) and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     settings = {
         "output_dir": str(out / "trainer"),
-        "step_limit": steps,
+        "max_steps": steps,
         # One optimizer step per generation round: the batch is whole groups of one prompt's samples,
         # which is also what GRPO's divisibility rule asks for.
         "per_device_train_batch_size": prompts_per_step * num_generations,
