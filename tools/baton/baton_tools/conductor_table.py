@@ -186,7 +186,7 @@ def plot(result: dict, path: Path) -> None:
     ax.set_ylabel("accuracy")
     ax.set_title(f"Routing on {result['rows']} held-out rows")
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="best", fontsize=8)  # the LLM rows may sit at the bottom right
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
