@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -17,12 +18,14 @@ import openai
 ROOT = Path(__file__).resolve().parents[2]
 STATE = ROOT / ".baton" / "k8s"
 KUBECONFIG = STATE / "kubeconfig"
+# The pinned kubectl tools/k8s/build.sh makes (tools/k8s/env.sh's BIN), not the machine's own.
+KUBECTL = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "baton" / "k8s" / "bin" / "kubectl"
 NAMESPACE = "baton"
 RELEASE = "baton"
 
 
 def kubectl(*args: str, timeout: float = 120) -> str:
-    done = subprocess.run(["kubectl", "--kubeconfig", str(KUBECONFIG), "-n", NAMESPACE, *args],
+    done = subprocess.run([str(KUBECTL), "--kubeconfig", str(KUBECONFIG), "-n", NAMESPACE, *args],
                           capture_output=True, text=True, timeout=timeout)  # fmt: skip
     if done.returncode != 0:
         raise AssertionError(f"kubectl {' '.join(args)} failed: {done.stderr.strip()}")

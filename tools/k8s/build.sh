@@ -15,7 +15,7 @@ module_version() {  # module_version <go.mod> <module>: the version that go.mod 
 KUBE_VERSION="$(module_version "$HERE/kube/go.mod" k8s.io/kubernetes)"
 COREDNS_VERSION="$(module_version "$HERE/coredns/go.mod" github.com/coredns/coredns)"
 METRICS_VERSION="$(module_version "$HERE/metrics-server/go.mod" sigs.k8s.io/metrics-server)"
-COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
+COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
 # One stamp per module: what was built from which sources.
 kube_stamp="kubernetes $KUBE_VERSION $(cat "$HERE/kube/go.mod" "$HERE/kube/go.sum" "$HERE/kube/tools.go" | sha256sum | cut -c1-16)"
 coredns_stamp="coredns $COREDNS_VERSION $(cat "$HERE/coredns/go.mod" "$HERE/coredns/go.sum" "$HERE/coredns/main.go" | sha256sum | cut -c1-16)"

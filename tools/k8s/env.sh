@@ -21,7 +21,8 @@ NAMESPACE="baton"
 KAFKA_NAMESPACE="baton-kafka"
 export KUBECONFIG="$KUBECONFIG_FILE"
 
-kubectl() { command kubectl --kubeconfig "$KUBECONFIG_FILE" "$@"; }
+# The pinned kubectl build.sh makes, never whatever kubectl the machine has.
+kubectl() { "$BIN/kubectl" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
 helm() { "$ROOT/.tools/bin/helm" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
 log() { echo "k8s: $*" >&2; }
 
