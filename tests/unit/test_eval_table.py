@@ -3,15 +3,19 @@ for invalid plans and the copied worked example counted as a wrong answer."""
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 import pytest
 from testbed import MMLU_PRO, default_config_data
 
+from baton.v1 import common_pb2, requests_pb2
 from baton_conductor import ConductorOutputError
 from baton_conductor.prompt import EXAMPLE_SUBTASKS
 from baton_platform.config import BatonConfig
 from baton_policy.matrix import load_matrix
 from baton_router.conductor.base import Proposal
+from baton_router.planning import Planner
 from baton_tools.conductor_table import llm_row, score_plans
 from baton_trainer.grpo_data import outcomes_from_matrix, pool_matrix, query_key
 from baton_workflow import Plan
@@ -53,6 +57,21 @@ def test_a_plan_is_worth_its_last_workers_answer_and_costs_every_step(pool):
         score_plans(pool, [["gemini-pro"]])
 
 
+class Scripted:
+    """A conductor backend that writes the given proposals (or raises the given errors) in turn."""
+
+    name = "scripted"
+
+    def __init__(self, answers: list) -> None:
+        self._answers = iter(answers)
+
+    async def propose(self, request):
+        answer = next(self._answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
 def test_llm_plans_follow_the_routers_rules_and_copies_of_the_example_are_wrong(config, pool):
     pool = pool.subset(range(4))
     right = int(np.flatnonzero(pool.scores[:, 0] == 1)[0])
@@ -60,13 +79,19 @@ def test_llm_plans_follow_the_routers_rules_and_copies_of_the_example_are_wrong(
     def proposal(workers, subtasks):
         return Proposal(plan=Plan(workers=workers, subtasks=subtasks, access=[[]] + [[0]] * (len(workers) - 1)))
 
-    proposals = [proposal(["gemini-pro"], ["Answer the question."]) for _ in range(4)]
-    proposals[(right + 1) % 4] = ConductorOutputError("not JSON")  # the router runs the fallback plan
-    proposals[(right + 2) % 4] = proposal(["nobody"], ["Answer."])  # names no worker: the fallback plan too
-    proposals[right] = proposal(["gemini-flash", "gemini-pro"], list(EXAMPLE_SUBTASKS[:2]))
-    row = llm_row(config, pool, proposals)
+    answers: list = [proposal(["gemini-pro"], ["Answer the question."]) for _ in range(4)]
+    answers[(right + 1) % 4] = ConductorOutputError("not JSON")  # the router runs the safe plan
+    answers[(right + 2) % 4] = proposal(["nobody"], ["Answer."])  # names no worker: the safe plan too
+    answers[right] = proposal(["gemini-flash", "gemini-pro"], list(EXAMPLE_SUBTASKS[:2]))
+    planner = Planner(config.conductor, config.workers, Scripted(answers))
+
+    async def plan_all():
+        return [await planner.plan(requests_pb2.ChatRequest(request_id=f"r{i}", messages=[
+            common_pb2.ChatMessage(role="user", content=q)])) for i, q in enumerate(pool.prompts)]
+
+    row = llm_row(pool, asyncio.run(plan_all()))
     assert row["valid_share"] == 0.5 and row["copied_example"] == 0.25
-    # The fallback plan (gemini-pro) answers the invalid ones; the copy is wrong though gemini-pro was right.
+    # The safe plan (gemini-pro) answers the invalid ones; the copy is wrong though gemini-pro was right.
     credited = pool.scores[:, 0].mean()
     assert row["accuracy_crediting_copies"] == pytest.approx(credited, abs=1e-4)
     assert row["accuracy"] == pytest.approx(credited - 0.25, abs=1e-4)

@@ -4,6 +4,7 @@ router, which runs the conductor, and the trainer, which trains it."""
 from baton_conductor.prompt import copies_example
 from baton_conductor.prompter import Prompter
 from baton_conductor.schema import (
+           ADAPTER_MANIFEST,
            ConductorOutputError,
            PlanBounds,
            parse_plan,
@@ -12,5 +13,5 @@ from baton_conductor.schema import (
            render_plan,
 )
 
-__all__ = ["ConductorOutputError", "PlanBounds", "Prompter", "copies_example", "parse_plan", "plan_grammar", "plan_json_schema",
+__all__ = ["ADAPTER_MANIFEST", "ConductorOutputError", "PlanBounds", "Prompter", "copies_example", "parse_plan", "plan_grammar", "plan_json_schema",
            "render_plan"]

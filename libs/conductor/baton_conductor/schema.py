@@ -28,6 +28,11 @@ from baton_workflow import Plan
 PLAN_KEYS = ("model_id", "subtasks", "access_list")
 
 
+# The file `baton-trainer grpo` writes beside a LoRA adapter's weights, naming among others the worker
+# pool the adapter was trained for; the router refuses an adapter trained for another pool.
+ADAPTER_MANIFEST = "baton_grpo.json"
+
+
 class ConductorOutputError(ValueError):
     """The conductor's text is not a plan. Carries what was sampled so the episode can still be logged."""
 

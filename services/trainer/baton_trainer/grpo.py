@@ -34,11 +34,12 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from baton_conductor import ADAPTER_MANIFEST
+
 from .grpo_data import OutcomeTable, PromptSet, load_training_data
 from .grpo_reward import UNKNOWN, PlanOutcomeReward
 
 ADAPTER_DIR = "adapter"
-MANIFEST = "baton_grpo.json"
 
 
 def _load_model(model, tokenizer, use_cpu: bool):
@@ -219,7 +220,7 @@ def train_grpo(
         **{f"{name}_{end}": (history[i].get(f"plan_{name}_share") if history else None)
            for name in ("valid", "copied") for end, i in (("first", 0), ("last", -1))},
     }
-    (adapter_dir / MANIFEST).write_text(json.dumps(manifest, indent=2))
+    (adapter_dir / ADAPTER_MANIFEST).write_text(json.dumps(manifest, indent=2))
     return adapter_dir
 
 
@@ -288,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed, time_limit_s=args.time_limit * 60 if args.time_limit else None,
         use_cpu=True if args.cpu else None, progress=not args.quiet,
     )
-    print(json.dumps({"adapter_dir": str(adapter), **json.loads((adapter / MANIFEST).read_text())}))
+    print(json.dumps({"adapter_dir": str(adapter), **json.loads((adapter / ADAPTER_MANIFEST).read_text())}))
     return 0
 
 

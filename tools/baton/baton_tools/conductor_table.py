@@ -35,11 +35,12 @@ from pathlib import Path
 import numpy as np
 
 from baton.v1 import common_pb2, requests_pb2
-from baton_conductor import ConductorOutputError, copies_example
+from baton_conductor import copies_example
 from baton_platform.config import BatonConfig, ConfigError, load_config
 from baton_router.conductor import build_backend
 from baton_router.conductor.common import ConductorUnavailable
-from baton_workflow import CONDUCTOR, plan_problems
+from baton_router.planning import Planner, PlanResult
+from baton_workflow import CONDUCTOR
 
 
 def _r(x: float | np.floating, nd: int = 4) -> float:
@@ -79,39 +80,32 @@ def llm_config(config: BatonConfig, *, model: Path | None, adapter: Path | None,
     return BatonConfig(**data)
 
 
-async def write_plans(config: BatonConfig, questions: Sequence[str]) -> tuple[list, float]:
-    """One proposal (or the error the router would have met) per question, from the router's backend."""
+async def write_plans(config: BatonConfig, questions: Sequence[str]) -> tuple[list[PlanResult], float]:
+    """What the router would run for each question: its own backend and `Planner`, so an invalid plan is
+    replaced by the safe plan exactly as when serving."""
     backend = build_backend(config.conductor, config.workers)
+    planner = Planner(config.conductor, config.workers, backend)
     await backend.start()
     started = time.perf_counter()
 
-    async def one(i: int, text: str):
-        request = requests_pb2.ChatRequest(request_id=f"eval-{i}", policy="baton",
-                                           messages=[common_pb2.ChatMessage(role="user", content=text)])
-        try:
-            return await backend.propose(request)
-        except ConductorOutputError as e:
-            return e
+    def ask(i: int, text: str) -> requests_pb2.ChatRequest:
+        return requests_pb2.ChatRequest(request_id=f"eval-{i}", policy="baton",
+                                        messages=[common_pb2.ChatMessage(role="user", content=text)])
 
     try:
-        proposals = await asyncio.gather(*(one(i, q) for i, q in enumerate(questions)))
+        results = await asyncio.gather(*(planner.plan(ask(i, q)) for i, q in enumerate(questions)))
     finally:
         await backend.aclose()
-    return list(proposals), time.perf_counter() - started
+    return list(results), time.perf_counter() - started
 
 
-def llm_row(config: BatonConfig, pool, proposals: Sequence) -> dict:
-    names = [w.name for w in config.workers]
-    fallback = list(config.conductor.fallback_plan.workers)
-    plans, valid, copied = [], [], []
-    for p in proposals:
-        ok = not isinstance(p, Exception) and not plan_problems(p.plan, names, config.conductor.max_steps)
-        valid.append(ok)
-        copied.append(ok and copies_example(p.plan.subtasks))
-        plans.append(list(p.plan.workers) if ok else fallback)
-    n = len(proposals)
+def llm_row(pool, results: Sequence[PlanResult]) -> dict:
+    plans = [[s.worker for s in r.plan.steps] for r in results]
+    valid = [r.valid for r in results]
     # A copied plan tells its workers to work on the example's arithmetic: its answer is counted wrong,
     # whatever its last worker recorded on the question (as the GRPO reward counts it invalid).
+    copied = [r.valid and copies_example([s.instruction for s in r.plan.steps]) for r in results]
+    n = len(results)
     return {**score_plans(pool, plans, wrong=copied), "valid_share": _r(sum(valid) / n, 3),
             "copied_example": _r(sum(copied) / n, 3),
             "accuracy_crediting_copies": score_plans(pool, plans)["accuracy"], "plans": _shares(plans)}
@@ -129,6 +123,8 @@ def run_table(config: BatonConfig, train_path: Path, test_path: Path, *, rows: i
     test = test.subset(range(min(rows, len(test))))
     n = len(test)
     table: dict[str, dict] = {}
+    if config.conductor.plan is None:
+        raise ValueError("the config sets no conductor.plan: the static plan's row needs one")
     static = list(config.conductor.plan.workers)
     table["static plan"] = {**score_plans(test, [static] * n), "plans": {" > ".join(static): 1.0}}
     singles = {w: score_plans(test, [[w]] * n) for w in test.models}
@@ -142,8 +138,8 @@ def run_table(config: BatonConfig, train_path: Path, test_path: Path, *, rows: i
     for label, adapter in [("LLM conductor, untrained", None), *((f"LLM conductor, GRPO {k}", v) for k, v in adapters.items())]:
         log(f"[table] {label}: planning {n} questions")
         llm = llm_config(config, model=model, adapter=adapter, temperature=temperature)
-        proposals, seconds = asyncio.run(write_plans(llm, test.prompts))
-        table[label] = llm_row(llm, test, proposals)
+        results, seconds = asyncio.run(write_plans(llm, test.prompts))
+        table[label] = llm_row(test, results)
         timing[label] = _r(seconds, 1)
     return {"rows": n, "test": str(test_path), "train": str(train_path), "pool": test.models,
             "cost_source": "USD per query, each call priced with the worker's configured prices",

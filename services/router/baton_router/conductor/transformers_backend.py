@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from baton.v1 import requests_pb2
-from baton_conductor import plan_grammar, plan_json_schema
+from baton_conductor import ADAPTER_MANIFEST, plan_grammar, plan_json_schema
 from baton_platform.config import ConductorConfig, TransformersConductorConfig, WorkerConfig
 from baton_router.conductor.base import Proposal
 from baton_router.conductor.common import ConductorUnavailable, PlanPrompter, log_propensity
@@ -195,10 +195,6 @@ def _save_converted(model, tokenizer, target: Path) -> None:
             import shutil
 
             shutil.rmtree(partial, ignore_errors=True)
-
-
-# What `baton-trainer grpo` writes beside the adapter's weights: the pool it was trained on, among others.
-ADAPTER_MANIFEST = "baton_grpo.json"
 
 
 def _with_adapter(model, adapter: Path, worker_names: Sequence[str]):
