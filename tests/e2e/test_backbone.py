@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import time
 
 import httpx
@@ -152,6 +153,19 @@ def test_models_and_bad_requests(stack, client):
     for path in ("/health/live", "/health/ready", "/metrics"):
         assert httpx.get(stack.base_url.removesuffix("/v1") + path).status_code == 200
 
+
+def test_an_idle_client_connection_outlives_the_clients_own_expiry(stack):
+    """httpx (the openai client's transport) drops an idle connection after 5 s. A gateway that closed
+    it at 5 s too could close it just as the client sent a request on it: the client got "server
+    disconnected without sending a response". One raw keep-alive connection, idle for 6 s, still serves."""
+    host, port = stack.base_url.removeprefix("http://").removesuffix("/v1").split(":")
+    request = f"GET /health/live HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+    with socket.create_connection((host, int(port)), timeout=10) as conn:
+        for idle_s in (6, 0):
+            conn.sendall(request)
+            reply = conn.recv(65536)
+            assert reply.startswith(b"HTTP/1.1 200"), reply[:200]
+            time.sleep(idle_s)
 
 async def test_malformed_records_go_to_the_dead_letter_topic_and_consumers_go_on(stack, client):
     producer = AIOKafkaProducer(bootstrap_servers=stack.bootstrap_servers)

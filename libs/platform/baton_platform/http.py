@@ -87,17 +87,19 @@ def _closing_when(draining: Callable[[], bool], app):
     return asgi
 
 
-def serve(app, host: str, port: int, drain_s: float = 0.0) -> None:
+def serve(app, host: str, port: int, drain_s: float = 0.0, keep_alive_s: float = 5.0) -> None:
     """Run an ASGI app until SIGTERM/SIGINT; uvicorn drives the app's lifespan (broker start/stop).
 
     With `drain_s`, the signal starts that many seconds of serving on, each response closing its
     connection: a client's keep-alive connection then ends after an answer, where it reconnects to
-    another replica, instead of being cut while idle, where a request it sends at that moment is lost."""
+    another replica, instead of being cut while idle, where a request it sends at that moment is lost.
+    `keep_alive_s` is how long an idle connection stays open (uvicorn's default is 5 s)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     server: _Server | None = None
     # uvloop and httptools: per-message loop work (timers, futures, socket reads) and HTTP parsing are
     # a large share of every service's CPU, and these do them in C.
     config = uvicorn.Config(_closing_when(lambda: server is not None and server.draining_since is not None, app),
-                            host=host, port=port, log_level="warning", lifespan="on", loop="uvloop", http="httptools")
+                            host=host, port=port, log_level="warning", lifespan="on", loop="uvloop", http="httptools",
+                            timeout_keep_alive=keep_alive_s)
     server = _Server(config, drain_s)
     server.run()
