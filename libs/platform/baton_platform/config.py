@@ -332,8 +332,8 @@ class GatewayConfig(_HttpService):
         description="On SIGTERM, seconds the gateway goes on serving, each response closing its connection, "
         "before it stops: clients' keep-alive connections move to other replicas after an answer instead of "
         "being cut while idle (the chart sets 5).")
-    keep_alive_s: float = Field(
-        default=75.0, gt=0,
+    keep_alive_s: int = Field(
+        default=75, gt=0,
         description="Seconds an idle client connection stays open. Longer than clients' own idle expiry (httpx, "
         "the openai client's transport, drops its connections after 5 s) and load balancers' (60 s is common), so "
         "the client, not the gateway, ends an idle connection: a gateway that closes it first can do so just as "

@@ -87,7 +87,7 @@ def _closing_when(draining: Callable[[], bool], app):
     return asgi
 
 
-def serve(app, host: str, port: int, drain_s: float = 0.0, keep_alive_s: float = 5.0) -> None:
+def serve(app, host: str, port: int, drain_s: float = 0.0, keep_alive_s: int = 5) -> None:
     """Run an ASGI app until SIGTERM/SIGINT; uvicorn drives the app's lifespan (broker start/stop).
 
     With `drain_s`, the signal starts that many seconds of serving on, each response closing its
