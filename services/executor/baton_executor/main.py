@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-import httpx
 from faststream.asgi import AsgiFastStream
 from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
 from opentelemetry.sdk.trace import TracerProvider
@@ -14,6 +13,7 @@ from baton_executor.handlers import TaskConsumer
 from baton_executor.limits import WorkerLimits
 from baton_executor.metrics import ExecutorMetrics
 from baton_executor.providers.registry import build_workers
+from baton_executor.transport import provider_client
 from baton_platform import topics
 from baton_platform.config import PROVIDERS, BatonConfig, load_config
 from baton_platform.http import serve
@@ -22,8 +22,7 @@ from baton_platform.service import Service
 
 def create_app(config: BatonConfig, provider: str, tracer_provider: TracerProvider | None = None) -> AsgiFastStream:
     service = Service.create(topics.executor_service_name(provider), config.kafka, tracer_provider)
-    client = httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=10.0),
-                               limits=httpx.Limits(max_connections=256, max_keepalive_connections=64))
+    client = provider_client()
     HTTPXClientInstrumentor.instrument_client(client, tracer_provider=service.tracer_provider)
     workers = build_workers(config.workers, provider, client)
     configs = {w.name: w for w in config.workers if w.provider == provider}

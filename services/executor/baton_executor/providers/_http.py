@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 
+from ..transport import provider_client
 from .base import (
     ProviderCall,
     ProviderError,
@@ -86,8 +87,7 @@ class HttpProvider:
     @property
     def client(self) -> httpx.AsyncClient:
         if self._client is None:
-            # Per-request timeouts come from each call; this is only a fallback.
-            self._client = httpx.AsyncClient(timeout=httpx.Timeout(60.0))
+            self._client = provider_client()
         return self._client
 
     async def aclose(self) -> None:
