@@ -86,3 +86,38 @@ async def test_a_commit_skipped_for_being_too_soon_is_made_while_the_consumer_is
         assert kafka.commits[-1] == {TP: 2}, "the last record is committed without waiting for another"
     finally:
         await service.stop_consumers()
+
+
+async def test_a_record_is_finished_only_once_the_broker_acknowledged_what_was_sent_for_it(write_config):
+    """`Publisher.send(..., record=...)` queues a send and returns; the consumer finishes (commits)
+    the record when the send's acknowledgement arrives, and never when the send failed."""
+    import asyncio
+
+    from baton.v1 import requests_pb2
+    from baton_platform.config import load_config
+    from baton_platform.consumer import Record
+    from baton_platform.service import Service
+    from baton_platform.telemetry import setup_tracing
+
+    async def handle(message, record):
+        pass
+
+    service = Service.create("t", load_config(write_config()).kafka, setup_tracing("t", set_global=False))
+    consumer = service.consumer(TP.topic, requests_pb2.ChatRequest, handle, group="g", tracked=True)
+    loop = asyncio.get_running_loop()
+    acked, failed, pending = (Record(TP, o, b"", [loop.create_future()]) for o in (0, 1, 2))
+    for r in (acked, failed, pending):
+        consumer.tracker.begin(r.tp, r.offset)
+        consumer.finish(r)
+    assert consumer.tracker.committable() == {TP: 0}, "nothing acknowledged yet"
+    acked.acks[0].set_result(None)
+    failed.acks[0].set_exception(ConnectionError("broker gone"))
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert consumer.tracker.committable() == {TP: 1}, "the acknowledged record only"
+    assert consumer.tracker.holds(TP, 1) and consumer.tracker.holds(TP, 2)
+    pending.acks[0].set_result(None)
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert consumer.tracker.committable() == {TP: 1}, "commits stay short of the failed send's record"
+    assert not consumer.tracker.holds(TP, 2)

@@ -7,8 +7,9 @@ every consumer of the suite needs and none should write again:
   whose handler raises `PoisonMessage`, goes to baton.dlq with the reason, from here only;
 - offsets (consumers in a group, `tracked=True`): each record is begun before its handler runs and,
   unless the handler keeps it (`keep=True`: it calls `finish` once the work is durable), finished
-  after; commits never pass an unfinished record, are paced, made on revocation, and made while
-  idle by a task the consumer keeps and cancels on shutdown;
+  after, and finished only once the broker has acknowledged what was sent for it (`Publisher.send`
+  with `record=`); commits never pass an unfinished record, are paced, made on revocation, and made
+  while idle by a task the consumer keeps and cancels on shutdown;
 - `after_each` runs after every record, handled or dead-lettered (state that moves with the offset,
   such as the end of a partition's history, must see poison records too);
 - rebalances: `on_assigned` runs before any record of the new assignment is handled (recovery
@@ -27,7 +28,8 @@ A whole service that answers every chat request (the same example is in the libr
     async def echo(request: requests_pb2.ChatRequest, record: Record) -> None:
         if not request.request_id:
             raise PoisonMessage("ChatRequest without request_id")
-        await answers.send(responses_pb2.Response(request_id=request.request_id, answer="hi"), key=request.request_id)
+        await answers.send(responses_pb2.Response(request_id=request.request_id, answer="hi"), key=request.request_id,
+                           record=record)
 
     service.consumer(topics.REQUESTS, requests_pb2.ChatRequest, echo, group="baton-echo", tracked=True)
     app = service.asgi_app()
@@ -40,7 +42,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
@@ -61,11 +63,13 @@ M = TypeVar("M", bound=Message)
 
 @dataclass(frozen=True)
 class Record:
-    """Where a handled message came from."""
+    """Where a handled message came from, and the sends made in handling it that the broker has
+    yet to acknowledge (`Publisher.send(..., record=...)`): the record is finished only after them."""
 
     tp: TopicPartition
     offset: int
     key: bytes
+    acks: list[asyncio.Future] = field(default_factory=list, compare=False, repr=False)
 
 
 def _described(kind: type[Message]) -> str:
@@ -83,10 +87,17 @@ class Publisher:
                                      description=f"{description} {what}".strip())
 
     async def send(self, message: Message | bytes, *, key: str | bytes, partition: int | None = None,
-                   headers: dict[str, str] | None = None) -> None:
+                   headers: dict[str, str] | None = None, record: Record | None = None) -> None:
+        """Publish, and return once the broker has the message; or, as part of handling a consumed
+        `record`, once the producer has queued it: the consumer then finishes the record (lets its
+        offset be committed) only after the broker acknowledges it. A handler that waited for each
+        acknowledgement would hold up its partition's next record for a broker round trip, and send
+        one message per produce request where queued sends share a batch."""
         body = message if isinstance(message, bytes) else encode(message)
-        await self._out.publish(body, key=key if isinstance(key, bytes) else key.encode(), partition=partition,
-                                headers=headers)
+        ack = await self._out.publish(body, key=key if isinstance(key, bytes) else key.encode(), partition=partition,
+                                      headers=headers, no_confirm=record is not None)
+        if record is not None and isinstance(ack, asyncio.Future):  # in memory, the send is already done
+            record.acks.append(ack)
 
 
 class DeadLetters:
@@ -139,6 +150,7 @@ class Consumer(ConsumerRebalanceListener, Generic[M]):
         self._on_assigned, self._on_revoked, self._on_stop = on_assigned, on_revoked, on_stop
         self._after_each = after_each
         self._timers: list[tuple[float, Callable[[], Awaitable[None]]]] = []
+        self._awaiting_acks: set[asyncio.Future] = set()
         self._tasks: list[asyncio.Task] = []
         # Cleared while a new assignment's on_assigned runs: the consumer may already be fetching
         # the new partitions, and none of their records may be handled before it returns.
@@ -165,7 +177,22 @@ class Consumer(ConsumerRebalanceListener, Generic[M]):
     # -- what handlers and services call -----------------------------------------------------------
 
     def finish(self, record: Record) -> None:
-        """The record's work is durable: its offset may be committed."""
+        """The record's work is done: its offset may be committed once the broker has acknowledged
+        what was sent for it. A send that failed keeps it unfinished (commits stop short of it, and a
+        restart hands it over again)."""
+        if all(ack.done() and not ack.cancelled() and ack.exception() is None for ack in record.acks):
+            self.tracker.finish(record.tp, record.offset)
+            return
+        acked = asyncio.gather(*record.acks)
+        self._awaiting_acks.add(acked)
+        acked.add_done_callback(lambda done: self._acked(record, done))
+
+    def _acked(self, record: Record, acked: asyncio.Future) -> None:
+        self._awaiting_acks.discard(acked)
+        if acked.cancelled() or acked.exception() is not None:
+            error = "cancelled" if acked.cancelled() else repr(acked.exception())
+            log.error("a send for %s@%s failed (%s): the record stays uncommitted", record.tp, record.offset, error)
+            return
         self.tracker.finish(record.tp, record.offset)
 
     async def commit(self, *, soon: bool = False) -> None:
@@ -205,7 +232,7 @@ class Consumer(ConsumerRebalanceListener, Generic[M]):
         if self._on_stop is not None:
             await self._on_stop()
         if self.tracked:
-            await self.commit()
+            await self._acks_then_commit()
 
     async def _repeat(self, seconds: float, tick: Callable[[], Awaitable[None]]) -> None:
         while True:
@@ -237,6 +264,13 @@ class Consumer(ConsumerRebalanceListener, Generic[M]):
         if self.tracked:
             await self.commit(soon=True)
 
+    async def _acks_then_commit(self) -> None:
+        """The final commit (on stop or revocation), after the acknowledgements of what the last
+        records sent: otherwise it stops short of them, and their next owner handles them again."""
+        if self._awaiting_acks:
+            await asyncio.wait(list(self._awaiting_acks), timeout=5)
+        await self.commit()
+
     def _kafka_consumer(self) -> AIOKafkaConsumer | None:
         consumer = getattr(self.subscriber, "consumer", None)
         return consumer if isinstance(consumer, AIOKafkaConsumer) else None
@@ -248,7 +282,7 @@ class Consumer(ConsumerRebalanceListener, Generic[M]):
         if self._on_revoked is not None:
             await self._on_revoked(revoked)
         if self.tracked:
-            await self.commit()
+            await self._acks_then_commit()
             self.tracker.forget(revoked)
 
     async def on_partitions_assigned(self, assigned) -> None:

@@ -69,9 +69,9 @@ def register(service: Service, settings: RouterConfig, planner: Planner, backend
                     planned=workflow_pb2.WorkflowPlanned(request=candidate, plan=result.plan,
                                                          planned_unix_ms=int(time.time() * 1000)),
                 )
-            await workflow.send(event, key=event.request_id)
+            await workflow.send(event, key=event.request_id, record=record)
 
-    # Offsets are committed in batches (at most every 200 ms), after the plan is published: one
+    # Offsets are committed in batches (at most every 200 ms), once the plan is acknowledged: one
     # commit round trip per request would cost the router more than planning a static plan.
     service.consumer(topics.REQUESTS, requests_pb2.ChatRequest, plan_request, group=topics.GROUP_ROUTER,
                      tracked=True, commit_every_s=0.2, description="Chat requests to plan.")

@@ -159,41 +159,45 @@ class SynthesizerWiring:
         finally:
             await probe.stop()
 
-    def _ended(self, run: Run) -> None:
-        """The run's outcome is published: its partition may commit past its start."""
-        tp, offset = run.origin
-        self.consumer.finish(Record(tp, offset, b""))
+    def _ended(self, run: Run, origin: Record | None = None) -> None:
+        """The run's outcome is published: its partition may commit past its start once the broker
+        has acknowledged what `origin` collected (the sends that ended it)."""
+        self.consumer.finish(origin or Record(*run.origin, b""))
         self.workflows.forget(run.request.request_id)
 
     async def _execute(self, run: Run, actions: list[Action]) -> None:
+        # Every send is queued as part of the run's plan record, which the run's end finishes; the
+        # sends before the end need no acknowledgement of their own: until the end, a restart
+        # re-reads the plan and the results after it and sends again whatever is missing.
+        origin = Record(*run.origin, b"")
         # Act inside the trace the workflow started in, whatever record or timer triggered it.
         token = otel_context.attach(run.trace_context) if run.trace_context is not None else None
         try:
             for action in actions:
                 if isinstance(action, Dispatch):
-                    await self._tasks[action.provider].send(action.task, key=action.task.request_id)
+                    await self._tasks[action.provider].send(action.task, key=action.task.request_id, record=origin)
                     self._dispatched.labels(action.provider).inc()
                 elif isinstance(action, Notify):
                     await self._replies.send(action.response, key=action.response.request_id,
-                                             partition=action.reply_partition)
+                                             partition=action.reply_partition, record=origin)
                 elif isinstance(action, Rate):
-                    await self._ratings.send(action.feedback, key=action.feedback.response_id)
+                    await self._ratings.send(action.feedback, key=action.feedback.response_id, record=origin)
                 elif isinstance(action, Replan):
-                    await self._inner.send(action.request, key=action.request.request_id)
+                    await self._inner.send(action.request, key=action.request.request_id, record=origin)
                     self._dispatched.labels("conductor").inc()
                 elif isinstance(action, Finish):
                     await self._replies.send(action.response, key=action.response.request_id,
-                                             partition=action.reply_partition)
+                                             partition=action.reply_partition, record=origin)
                     self._responses.labels(action.response.WhichOneof("outcome")).inc()
                     if action.report is not None:
                         # Keyed by the group: it reaches the replica running the client's candidate.
-                        await self._workflow.send(action.report, key=action.report.request_id)
-                    self._ended(run)
+                        await self._workflow.send(action.report, key=action.report.request_id, record=origin)
+                    self._ended(run, origin)
                 elif isinstance(action, Return):
                     # Keyed by the parent: its partition, and so the replica running it, gets the result.
-                    await self._workflow.send(action.event, key=action.event.request_id)
+                    await self._workflow.send(action.event, key=action.event.request_id, record=origin)
                     self._responses.labels("returned").inc()
-                    self._ended(run)
+                    self._ended(run, origin)
         finally:
             if token is not None:
                 otel_context.detach(token)
