@@ -15,6 +15,8 @@ from collections.abc import AsyncIterator, Iterator
 
 import aiohttp
 import httpx
+from aiohttp.helpers import get_env_proxy_for_url
+from yarl import URL
 
 # Per-request timeouts come from each call (the adapters pass the call's own); these are fallbacks.
 DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
@@ -59,22 +61,36 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
     def __init__(self, *, max_connections: int = 256, verify: bool = True, trust_env: bool = True) -> None:
         self._limit, self._verify, self._trust_env = max_connections, verify, trust_env
         self._session: aiohttp.ClientSession | None = None
+        self._proxies: dict[tuple[str, str, int | None], tuple[URL | None, aiohttp.BasicAuth | None]] = {}
 
     def _open(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(limit=self._limit, limit_per_host=self._limit, ssl=self._verify,
                                              keepalive_timeout=15)
-            # httpx decodes the content-encoding itself: aiohttp must hand the body over as it came.
-            self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False, trust_env=self._trust_env)
+            # httpx decodes the content-encoding itself: aiohttp must hand the body over as it came. No
+            # cookies are kept between calls. The environment's proxies are looked up here once per
+            # origin: aiohttp's own trust_env reads them (and ~/.netrc) in a thread on every request.
+            self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
+                                                  cookie_jar=aiohttp.DummyCookieJar())
         return self._session
+
+    def _proxy(self, url: httpx.URL) -> tuple[URL | None, aiohttp.BasicAuth | None]:
+        origin = (url.scheme, url.host, url.port)
+        if origin not in self._proxies:
+            self._proxies[origin] = (None, None)
+            if self._trust_env:  # HTTP(S)_PROXY and NO_PROXY, as httpx reads them
+                with contextlib.suppress(LookupError):
+                    self._proxies[origin] = get_env_proxy_for_url(URL(str(url)))
+        return self._proxies[origin]
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         timeout = request.extensions.get("timeout", {})
         body = await request.aread()
+        proxy, proxy_auth = self._proxy(request.url)
         with _as_httpx_errors(request):
             response = await self._open().request(
                 request.method, str(request.url), headers=request.headers.multi_items(), data=body or None,
-                allow_redirects=False, compress=False,
+                allow_redirects=False, compress=False, proxy=proxy, proxy_auth=proxy_auth,
                 timeout=aiohttp.ClientTimeout(connect=timeout.get("pool"), sock_connect=timeout.get("connect"),
                                               sock_read=timeout.get("read")))
         return httpx.Response(response.status, headers=response.raw_headers, stream=_Body(response, request),
