@@ -14,6 +14,7 @@ from baton_platform.http import serve
 from baton_platform.service import Service
 from baton_reward_logger.episodes import EPISODE_SCHEMA, FEEDBACK_SCHEMA, DatasetWriter
 from baton_reward_logger.handlers import Sink, feedback_row_maker, response_row_maker, reward_publisher
+from baton_reward_logger.rewards import names_eval_item
 
 SERVICE_NAME = "baton-reward-logger"
 
@@ -31,7 +32,7 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
     Sink(service, cfg, topics.RESPONSES, responses_pb2.Response,
          DatasetWriter(f"{root}/episodes", topics.RESPONSES, EPISODE_SCHEMA),
          response_row_maker(cfg.reward_scheme, cfg.cost_weight, evals, grader.grade, outcomes), written,
-         after_write=reward_publisher(service))
+         after_write=reward_publisher(service), blocks=names_eval_item)
     Sink(service, cfg, topics.FEEDBACK, feedback_pb2.Feedback,
          DatasetWriter(f"{root}/feedback", topics.FEEDBACK, FEEDBACK_SCHEMA), feedback_row_maker(), written)
 

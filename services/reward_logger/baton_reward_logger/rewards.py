@@ -48,6 +48,11 @@ def _ignored_note(meta) -> str:
             f"(metadata {EVAL_METADATA_KEY} = 'SET:ID')")
 
 
+def names_eval_item(response: responses_pb2.Response) -> bool:
+    """Whether the request named an evaluation item, so that scoring its response grades an answer."""
+    return bool(response.episode.request.metadata.get(EVAL_METADATA_KEY))
+
+
 def score(response: responses_pb2.Response, scheme: Scheme, cost_weight: float,
           evals: EvalRegistry | None = None, grade_fn: GradeFn = grade) -> Reward:
     meta = response.episode.request.metadata
