@@ -121,3 +121,29 @@ async def test_a_record_is_finished_only_once_the_broker_acknowledged_what_was_s
     await asyncio.sleep(0)
     assert consumer.tracker.committable() == {TP: 1}, "commits stay short of the failed send's record"
     assert not consumer.tracker.holds(TP, 2)
+
+
+async def test_a_queued_send_that_fails_is_logged_even_when_its_record_is_never_finished(write_config, caplog):
+    import asyncio
+
+    from baton.v1 import requests_pb2
+    from baton_platform.config import load_config
+    from baton_platform.consumer import Record
+    from baton_platform.service import Service
+    from baton_platform.telemetry import setup_tracing
+
+    service = Service.create("t", load_config(write_config()).kafka, setup_tracing("t", set_global=False))
+    out = service.publisher("baton.requests", requests_pb2.ChatRequest)
+    ack = asyncio.get_running_loop().create_future()
+
+    async def publish(*args, **kwargs):
+        assert kwargs["no_confirm"], "a send for a record is queued, not awaited"
+        return ack
+
+    out._out.publish = publish
+    record = Record(TP, 0, b"")
+    await out.send(requests_pb2.ChatRequest(request_id="r"), key="r", record=record)
+    assert record.acks == [ack]
+    ack.set_exception(ConnectionError("broker gone"))
+    await asyncio.sleep(0)
+    assert "a send to baton.requests failed: ConnectionError('broker gone')" in caplog.text

@@ -97,7 +97,14 @@ class Publisher:
         ack = await self._out.publish(body, key=key if isinstance(key, bytes) else key.encode(), partition=partition,
                                       headers=headers, no_confirm=record is not None)
         if record is not None and isinstance(ack, asyncio.Future):  # in memory, the send is already done
+            ack.add_done_callback(self._report_failure)
             record.acks.append(ack)
+
+    def _report_failure(self, ack: asyncio.Future) -> None:
+        # A queued send's failure surfaces nowhere else when its record is never finished (a
+        # synthesizer step whose run goes on: the step times out and is sent again).
+        if not ack.cancelled() and ack.exception() is not None:
+            log.error("a send to %s failed: %r", self.topic, ack.exception())
 
 
 class DeadLetters:
