@@ -92,8 +92,11 @@ class SynthesizerWiring:
             self.consumer.finish(record)  # only a plan keeps its partition's commit back
         if not replaying:
             if self._catchup_end[tp] > 0:
-                self._catchup_end[tp] = 0
+                # The partition counts as replaying until its runs are resumed: the resume waits on
+                # a read of baton.responses, and a tick meanwhile would time out a run past its
+                # deadline whose result the history already holds.
                 await self._resume(tp)
+                self._catchup_end[tp] = 0
             elif run is not None:
                 await self._execute(run, self.workflows.advance(run))
         self._running.set(len(self.workflows.runs))
