@@ -65,7 +65,7 @@ def consumer(write_config):
 def record(offset: int, task_id: str = "r:0:1") -> SimpleNamespace:
     """A task record at `offset` (FastStream's in-memory records all have offset 0)."""
     body = tasks_pb2.Task(task_id=task_id, request_id="r", step=0, attempt=1, worker="gemini-pro").SerializeToString()
-    raw = SimpleNamespace(topic=TP.topic, partition=TP.partition, offset=offset, key=b"r", value=body)
+    raw = SimpleNamespace(topic=TP.topic, partition=TP.partition, offset=offset, headers=(), key=b"r", value=body)
     return SimpleNamespace(raw_message=raw, body=body)
 
 

@@ -52,7 +52,7 @@ def history(rid: str, deadline_ms: int) -> list[workflow_pb2.WorkflowEvent]:
 def record(offset: int, event: workflow_pb2.WorkflowEvent) -> SimpleNamespace:
     """A record at `offset` of partition 0 (FastStream's in-memory records all have offset 0)."""
     body = event.SerializeToString()
-    raw = SimpleNamespace(topic=TP.topic, partition=TP.partition, offset=offset, key=b"", value=body)
+    raw = SimpleNamespace(topic=TP.topic, partition=TP.partition, offset=offset, headers=(), key=b"", value=body)
     return SimpleNamespace(raw_message=raw, body=body)
 
 

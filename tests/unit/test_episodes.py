@@ -191,7 +191,7 @@ async def test_a_record_revoked_while_it_is_graded_is_written_once_by_the_next_r
 
     def message(offset):
         body = responses_pb2.Response(request_id=f"r{offset}").SerializeToString()
-        return SimpleNamespace(raw_message=SimpleNamespace(topic="baton.responses", partition=0, offset=offset,
+        return SimpleNamespace(raw_message=SimpleNamespace(topic="baton.responses", partition=0, offset=offset, headers=(),
                                                            key=b"", value=body), body=body)
 
     tp = TopicPartition("baton.responses", 0)

@@ -74,7 +74,7 @@ async def test_a_commit_skipped_for_being_too_soon_is_made_while_the_consumer_is
 
     def record(offset):
         body = requests_pb2.ChatRequest(request_id="r").SerializeToString()
-        return SimpleNamespace(body=body, raw_message=SimpleNamespace(topic=TP.topic, partition=TP.partition,
+        return SimpleNamespace(body=body, raw_message=SimpleNamespace(topic=TP.topic, partition=TP.partition, headers=(),
                                                                       offset=offset, key=b"r", value=body))
 
     await service.start_consumers()

@@ -178,7 +178,7 @@ async def test_a_record_no_handler_can_process_goes_to_the_dlq_and_the_partition
 
     def message(offset, request_id):
         body = responses_pb2.Response(request_id=request_id).SerializeToString()
-        return SimpleNamespace(raw_message=SimpleNamespace(topic="baton.responses", partition=0, offset=offset,
+        return SimpleNamespace(raw_message=SimpleNamespace(topic="baton.responses", partition=0, offset=offset, headers=(),
                                                            key=b"", value=body), body=body)
 
     await sink.consumer.consume(message(0, "r0"))

@@ -15,10 +15,18 @@ every consumer of the suite needs and none should write again:
 - rebalances: `on_assigned` runs before any record of the new assignment is handled (recovery
   reads), `on_revoked` before the revoked partitions' final commit;
 - lag: `end_offset` and `assignment` answer from the real consumer, and None / empty in memory
-  (FastStream's test broker has no Kafka consumer), so handlers need not know which they run on.
+  (FastStream's test broker has no Kafka consumer), so handlers need not know which they run on;
+- tracing: each record is handled in a `<topic> process` span whose parent is the context its
+  `traceparent` header carries.
 
 A `Publisher` is a declared FastStream publisher for one topic and message type: AsyncAPI documents
-it, FastStream's test broker routes it, and the broker's middlewares (trace propagation) apply.
+it and FastStream's test broker routes it. Each send is a `<topic> publish` span, and its context
+goes in the record's `traceparent` header: one trace follows a request through every service.
+
+Propagation is done here rather than by FastStream's telemetry middleware: per record, that built a
+middleware object, baggage, metrics and often an extra "create" span, and it parented a handler's
+sends on the upstream producer instead of the handler's span. Without it (and without FastStream's
+attempt to parse every body as JSON) each service used 13-18% less CPU per workflow in the bench.
 
 A whole service that answers every chat request (the same example is in the library's README)::
 
@@ -49,6 +57,8 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord
 from faststream import AckPolicy
 from faststream.kafka import KafkaBroker, KafkaMessage
 from google.protobuf.message import Message
+from opentelemetry.trace import SpanKind, Tracer
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from baton.v1 import dead_letter_pb2
 from baton_platform import topics
@@ -59,6 +69,19 @@ from baton_platform.offsets import CommitPacer, OffsetTracker
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=Message)
+_TRACE_CONTEXT = TraceContextTextMapPropagator()  # W3C traceparent / tracestate headers
+_TRACE_HEADERS = frozenset(_TRACE_CONTEXT.fields)
+
+
+def _trace_carrier(headers) -> dict[str, str]:
+    """The trace headers of a Kafka record (aiokafka gives (name, bytes) pairs)."""
+    return {k: v.decode("latin-1") for k, v in headers or () if k in _TRACE_HEADERS and v is not None}
+
+
+async def _raw_body(msg: KafkaMessage) -> bytes:
+    # FastStream's default decoder first tries JSON on a body without a content type: a wasted
+    # parse (and exception) per protobuf record.
+    return msg.body
 
 
 @dataclass(frozen=True)
@@ -79,12 +102,16 @@ def _described(kind: type[Message]) -> str:
 class Publisher:
     """A declared publisher of `kind` messages on one topic."""
 
-    def __init__(self, broker: KafkaBroker, service: str, topic: str, kind: type[Message] | None,
+    def __init__(self, broker: KafkaBroker, service: str, topic: str, kind: type[Message] | None, tracer: Tracer,
                  description: str = "") -> None:
         self.topic = topic
         what = _described(kind) if kind is not None else "JSON"
         self._out = broker.publisher(topic, title=f"{service}:{topic}", schema=bytes,
                                      description=f"{description} {what}".strip())
+        self._tracer = tracer
+        self._span_name = f"{topic} publish"
+        self._span_attributes = {"messaging.system": "kafka", "messaging.destination.name": topic,
+                                 "messaging.operation": "publish"}
 
     async def send(self, message: Message | bytes, *, key: str | bytes, partition: int | None = None,
                    headers: dict[str, str] | None = None, record: Record | None = None) -> None:
@@ -94,8 +121,12 @@ class Publisher:
         acknowledgement would hold up its partition's next record for a broker round trip, and send
         one message per produce request where queued sends share a batch."""
         body = message if isinstance(message, bytes) else encode(message)
-        ack = await self._out.publish(body, key=key if isinstance(key, bytes) else key.encode(), partition=partition,
-                                      headers=headers, no_confirm=record is not None)
+        headers = dict(headers) if headers else {}
+        with self._tracer.start_as_current_span(self._span_name, kind=SpanKind.PRODUCER,
+                                                attributes=self._span_attributes):
+            _TRACE_CONTEXT.inject(headers)
+            ack = await self._out.publish(body, key=key if isinstance(key, bytes) else key.encode(),
+                                          partition=partition, headers=headers, no_confirm=record is not None)
         if record is not None and isinstance(ack, asyncio.Future):  # in memory, the send is already done
             ack.add_done_callback(self._report_failure)
             record.acks.append(ack)
@@ -110,8 +141,9 @@ class Publisher:
 class DeadLetters:
     """Sends records a service cannot process to baton.dlq, so the consumer goes on and nothing is lost."""
 
-    def __init__(self, broker: KafkaBroker, service: str, on_dead_letter: Callable[[str], None] | None = None) -> None:
-        self._out = Publisher(broker, service, topics.DLQ, dead_letter_pb2.DeadLetter,
+    def __init__(self, broker: KafkaBroker, service: str, tracer: Tracer,
+                 on_dead_letter: Callable[[str], None] | None = None) -> None:
+        self._out = Publisher(broker, service, topics.DLQ, dead_letter_pb2.DeadLetter, tracer,
                               "Records a service could not process.")
         self._service = service
         self._on_dead_letter = on_dead_letter
@@ -141,8 +173,8 @@ def kafka_record(msg: KafkaMessage) -> ConsumerRecord:
 class Consumer(ConsumerRebalanceListener, Generic[M]):
     """One subscription; see the module's docstring. Made by `Service.consumer`."""
 
-    def __init__(self, broker: KafkaBroker, service: str, kafka: KafkaConfig, dead_letters: DeadLetters, topic: str,
-                 kind: type[M], handler: Callable[[M, Record], Awaitable[None]], *, group: str | None = None,
+    def __init__(self, broker: KafkaBroker, service: str, kafka: KafkaConfig, dead_letters: DeadLetters, tracer: Tracer,
+                 topic: str, kind: type[M], handler: Callable[[M, Record], Awaitable[None]], *, group: str | None = None,
                  tracked: bool = False, keep: bool = False, commit_every_s: float = 0.5,
                  offset_reset: str = "earliest", on_assigned: Hook | None = None, on_revoked: Hook | None = None,
                  on_stop: Callable[[], Awaitable[None]] | None = None,
@@ -156,6 +188,8 @@ class Consumer(ConsumerRebalanceListener, Generic[M]):
         self._dead_letters = dead_letters
         self._on_assigned, self._on_revoked, self._on_stop = on_assigned, on_revoked, on_stop
         self._after_each = after_each
+        self._tracer = tracer
+        self._span_name = f"{topic} process"
         self._timers: list[tuple[float, Callable[[], Awaitable[None]]]] = []
         self._awaiting_acks: set[asyncio.Future] = set()
         self._tasks: list[asyncio.Task] = []
@@ -169,7 +203,7 @@ class Consumer(ConsumerRebalanceListener, Generic[M]):
         self.subscriber = broker.subscriber(
             topic, ack_policy=AckPolicy.MANUAL if tracked else AckPolicy.ACK_FIRST,
             title=f"{topic}:{service}", description=f"{description} {_described(kind)}".strip(),
-            **options)
+            decoder=_raw_body, **options)
 
         async def on_record(body: bytes) -> None:  # `body: bytes` documents the payload
             # The message (partition, offset, key) from FastStream's context, read directly: as an
@@ -258,14 +292,19 @@ class Consumer(ConsumerRebalanceListener, Generic[M]):
         if self.tracked:
             await self._assigned.wait()
             self.tracker.begin(record.tp, record.offset)
-        try:
-            await self._handler(decode(self.kind, msg.body), record)
-        except PoisonMessage as e:
-            await self._dead_letters.send(msg, str(e))
-            self.finish(record)
-        else:
-            if not self.keep:
+        with self._tracer.start_as_current_span(
+                self._span_name, context=_TRACE_CONTEXT.extract(_trace_carrier(raw.headers)), kind=SpanKind.CONSUMER,
+                attributes={"messaging.system": "kafka", "messaging.destination.name": raw.topic,
+                            "messaging.operation": "process", "messaging.destination.partition.id": str(raw.partition),
+                            "messaging.kafka.offset": raw.offset}):
+            try:
+                await self._handler(decode(self.kind, msg.body), record)
+            except PoisonMessage as e:
+                await self._dead_letters.send(msg, str(e))
                 self.finish(record)
+            else:
+                if not self.keep:
+                    self.finish(record)
         if self._after_each is not None:
             await self._after_each(record)
         if self.tracked:

@@ -1,4 +1,5 @@
-"""The one way services build their Kafka broker: security settings and trace propagation included."""
+"""The one way services build their Kafka broker, security settings included (trace context travels in
+headers that baton_platform.consumer writes and reads)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,7 @@ import os
 import ssl
 
 from faststream.kafka import KafkaBroker
-from faststream.kafka.opentelemetry import KafkaTelemetryMiddleware
 from faststream.security import BaseSecurity, SASLPlaintext, SASLScram256, SASLScram512
-from opentelemetry.sdk.trace import TracerProvider
 
 from baton_platform.config import KafkaConfig
 
@@ -34,15 +33,11 @@ def _security(cfg: KafkaConfig) -> BaseSecurity | None:
                 use_ssl=cfg.security_protocol == "SASL_SSL")
 
 
-def make_broker(cfg: KafkaConfig, *, client_id: str, tracer_provider: TracerProvider | None) -> KafkaBroker:
-    middlewares = []
-    if tracer_provider is not None:
-        middlewares.append(KafkaTelemetryMiddleware(tracer_provider=tracer_provider))
+def make_broker(cfg: KafkaConfig, *, client_id: str) -> KafkaBroker:
     return KafkaBroker(
         cfg.bootstrap_servers,
         client_id=client_id,
         security=_security(cfg),
-        middlewares=middlewares,
         linger_ms=cfg.linger_ms,
         # Idempotent producer: a retried send never writes a record twice.
         enable_idempotence=True,

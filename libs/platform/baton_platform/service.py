@@ -10,6 +10,7 @@ from faststream.asgi import AsgiFastStream
 from faststream.kafka import KafkaBroker
 from google.protobuf.message import Message
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import Tracer
 from prometheus_client import CollectorRegistry, Counter
 from starlette.routing import request_response
 
@@ -27,6 +28,7 @@ class Service:
     broker: KafkaBroker
     tracer_provider: TracerProvider
     registry: CollectorRegistry
+    tracer: Tracer = field(init=False)
     dead_letters: DeadLetters = field(init=False)
     consumers: list[Consumer] = field(init=False, default_factory=list)
 
@@ -34,22 +36,25 @@ class Service:
         dlq_total = Counter(
             "baton_dlq_messages", "Records sent to the dead-letter topic", ["topic"], registry=self.registry
         )
-        self.dead_letters = DeadLetters(self.broker, self.name, on_dead_letter=lambda t: dlq_total.labels(t).inc())
+        self.tracer = self.tracer_provider.get_tracer("baton.kafka")
+        self.dead_letters = DeadLetters(self.broker, self.name, self.tracer,
+                                        on_dead_letter=lambda t: dlq_total.labels(t).inc())
 
     @classmethod
     def create(cls, name: str, kafka: KafkaConfig, tracer_provider: TracerProvider | None = None) -> Service:
         provider = tracer_provider if tracer_provider is not None else setup_tracing(name)
-        broker = make_broker(kafka, client_id=name, tracer_provider=provider)
+        broker = make_broker(kafka, client_id=name)
         return cls(name=name, kafka=kafka, broker=broker, tracer_provider=provider, registry=CollectorRegistry())
 
     def consumer(self, topic: str, kind: type[Message], handler, **options) -> Consumer:
         """Subscribe `handler` to `topic` (see baton_platform.consumer.Consumer for the options)."""
-        consumer = Consumer(self.broker, self.name, self.kafka, self.dead_letters, topic, kind, handler, **options)
+        consumer = Consumer(self.broker, self.name, self.kafka, self.dead_letters, self.tracer, topic, kind, handler,
+                            **options)
         self.consumers.append(consumer)
         return consumer
 
     def publisher(self, topic: str, kind: type[Message] | None, description: str = "") -> Publisher:
-        return Publisher(self.broker, self.name, topic, kind, description)
+        return Publisher(self.broker, self.name, topic, kind, self.tracer, description)
 
     async def start_consumers(self) -> None:
         for consumer in self.consumers:
