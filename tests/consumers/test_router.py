@@ -10,7 +10,6 @@ import uuid
 from argparse import Namespace
 
 import pytest
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from testbed import default_config_data, header, tracer
 
@@ -27,8 +26,7 @@ from baton_trainer.store import PolicyStore, announce, update
 @pytest.fixture
 def traced():
     exporter = InMemorySpanExporter()
-    provider = setup_tracing("baton-router", set_global=False)
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    provider = setup_tracing("baton-router", exporter=exporter, set_global=False)
     return provider, exporter
 
 
@@ -55,6 +53,7 @@ async def test_a_request_becomes_a_valid_plan_on_the_workflow_topic(bus, traced)
     assert list(plan.steps[1].access.steps) == [0] and not plan.fallback and plan.propensity == 1.0
     traceparent = header(record, "traceparent")
     assert traceparent, "trace context travels in Kafka headers"
+    provider.force_flush()
     spans = [s for s in exporter.get_finished_spans() if s.name == "plan"
              and s.attributes["baton.request_id"] == rid]
     assert spans[0].attributes["baton.plan.steps"] == 2
