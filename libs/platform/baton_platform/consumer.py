@@ -10,6 +10,8 @@ every consumer of the suite needs and none should write again:
   after, and finished only once the broker has acknowledged what was sent for it (`Publisher.send`
   with `record=`); commits never pass an unfinished record, are paced, made on revocation, and made
   while idle by a task the consumer keeps and cancels on shutdown;
+- fetching: as soon as a record is written, or, for a consumer off the request path
+  (`batch_wait_ms`), in batches;
 - `after_each` runs after every record, handled or dead-lettered (state that moves with the offset,
   such as the end of a partition's history, must see poison records too);
 - rebalances: `on_assigned` runs before any record of the new assignment is handled (recovery
@@ -69,6 +71,7 @@ from baton_platform.offsets import CommitPacer, OffsetTracker
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=Message)
+_BATCH_FETCH_BYTES = 256 * 1024
 _TRACE_CONTEXT = TraceContextTextMapPropagator()  # W3C traceparent / tracestate headers
 _TRACE_HEADERS = frozenset(_TRACE_CONTEXT.fields)
 
@@ -178,7 +181,8 @@ class Consumer(ConsumerRebalanceListener, Generic[M]):
                  tracked: bool = False, keep: bool = False, commit_every_s: float = 0.5,
                  offset_reset: str = "earliest", on_assigned: Hook | None = None, on_revoked: Hook | None = None,
                  on_stop: Callable[[], Awaitable[None]] | None = None,
-                 after_each: Callable[[Record], Awaitable[None]] | None = None, description: str = "") -> None:
+                 after_each: Callable[[Record], Awaitable[None]] | None = None, batch_wait_ms: int = 0,
+                 description: str = "") -> None:
         if tracked and group is None:
             raise ValueError("only a consumer group commits offsets: tracked=True needs a group")
         self.topic, self.kind, self.group, self.tracked, self.keep = topic, kind, group, tracked, keep
@@ -200,6 +204,11 @@ class Consumer(ConsumerRebalanceListener, Generic[M]):
         options: dict[str, Any] = {"auto_offset_reset": offset_reset}
         if group is not None:
             options = {**consumer_options(kafka), **options, "group_id": group, "listener": self}
+        if batch_wait_ms:
+            # Off the request path: the broker answers a fetch once it holds a batch or after
+            # `batch_wait_ms`, where by default it answers as soon as one record arrives. Under load
+            # that is one fetch request per few records, each a socket write here and work for the broker.
+            options.update(fetch_min_bytes=_BATCH_FETCH_BYTES, fetch_max_wait_ms=batch_wait_ms)
         self.subscriber = broker.subscriber(
             topic, ack_policy=AckPolicy.MANUAL if tracked else AckPolicy.ACK_FIRST,
             title=f"{topic}:{service}", description=f"{description} {_described(kind)}".strip(),
