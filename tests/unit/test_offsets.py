@@ -105,7 +105,7 @@ async def test_a_record_is_finished_only_once_the_broker_acknowledged_what_was_s
     service = Service.create("t", load_config(write_config()).kafka, setup_tracing("t", set_global=False))
     consumer = service.consumer(TP.topic, requests_pb2.ChatRequest, handle, group="g", tracked=True)
     loop = asyncio.get_running_loop()
-    acked, failed, pending = (Record(TP, o, b"", [loop.create_future()]) for o in (0, 1, 2))
+    acked, failed, pending = (Record(TP, o, b"", acks=[loop.create_future()]) for o in (0, 1, 2))
     for r in (acked, failed, pending):
         consumer.tracker.begin(r.tp, r.offset)
         consumer.finish(r)

@@ -159,8 +159,8 @@ async def test_a_record_no_handler_can_process_goes_to_the_dlq_and_the_partition
 
     dead = []
 
-    async def send(msg, reason):
-        dead.append((msg.raw_message.offset, reason))
+    async def send(record, reason):
+        dead.append((record.offset, reason))
 
     def explode(response, partition, offset):
         if response.request_id == "bad":
@@ -189,6 +189,37 @@ async def test_a_record_no_handler_can_process_goes_to_the_dlq_and_the_partition
     tp = TopicPartition("baton.responses", 0)
     assert sink.tracker.committable()[tp] == 3, "every offset finished: the partition commits past the bad record"
     await asyncio.sleep(0)
+
+
+async def test_a_row_the_datasets_schema_refuses_goes_to_the_dlq_alone_and_the_others_are_written(write_config,
+                                                                                                 tmp_path):
+    import pyarrow.parquet as pq
+    from aiokafka import TopicPartition
+
+    dead = []
+
+    async def send(record, reason):
+        dead.append((record.offset, record.value, reason))
+
+    def row(response, partition, offset):  # "bad": a request id the schema's string column cannot hold
+        return {"request_id": 7 if response.request_id == "bad" else response.request_id}, 1_764_000_000_000
+
+    config = load_config(write_config())
+    service = Service.create("baton-reward-logger", config.kafka, setup_tracing("t", set_global=False))
+    service.dead_letters.send = send
+    written = Counter("rows", "rows", ["topic"], registry=CollectorRegistry())
+    sink = Sink(service, config.reward_logger, "baton.responses", responses_pb2.Response,
+                DatasetWriter(tmp_path, "baton.responses", EPISODE_SCHEMA), row, written)
+    bodies = [responses_pb2.Response(request_id=r).SerializeToString() for r in ("r0", "bad", "r2")]
+    for offset, body in enumerate(bodies):
+        await sink.consumer.consume(SimpleNamespace(body=body, raw_message=SimpleNamespace(
+            topic="baton.responses", partition=0, offset=offset, headers=(), key=b"k", value=body)))
+    await sink.flush_due(force=True)
+    (file,) = tmp_path.rglob("*.parquet")
+    assert pq.read_table(file).column("request_id").to_pylist() == ["r0", "r2"]
+    ((offset, value, reason),) = dead
+    assert (offset, value) == (1, bodies[1]) and "schema refuses" in reason, "the record itself, with why"
+    assert sink.tracker.committable()[TopicPartition("baton.responses", 0)] == 3
 
 
 def test_an_item_with_a_question_grades_only_a_request_that_asked_it():

@@ -95,6 +95,7 @@ class Record:
     tp: TopicPartition
     offset: int
     key: bytes
+    value: bytes = field(default=b"", compare=False, repr=False)
     acks: list[asyncio.Future] = field(default_factory=list, compare=False, repr=False)
 
 
@@ -151,16 +152,15 @@ class DeadLetters:
         self._service = service
         self._on_dead_letter = on_dead_letter
 
-    async def send(self, msg: KafkaMessage, reason: str) -> None:
-        raw = kafka_record(msg)
+    async def send(self, record: Record, reason: str) -> None:
+        topic, partition = record.tp.topic, record.tp.partition
         letter = dead_letter_pb2.DeadLetter(
-            source_topic=raw.topic, partition=raw.partition, offset=raw.offset, key=raw.key or b"",
-            value=raw.value or b"", reason=reason[:2000], service=self._service,
-            failed_unix_ms=int(time.time() * 1000))
-        log.warning("dead-lettering %s[%s]@%s: %s", raw.topic, raw.partition, raw.offset, reason)
-        await self._out.send(letter, key=raw.key or b"", headers={topics.DLQ_REASON_HEADER: reason[:500]})
+            source_topic=topic, partition=partition, offset=record.offset, key=record.key, value=record.value,
+            reason=reason[:2000], service=self._service, failed_unix_ms=int(time.time() * 1000))
+        log.warning("dead-lettering %s[%s]@%s: %s", topic, partition, record.offset, reason)
+        await self._out.send(letter, key=record.key, headers={topics.DLQ_REASON_HEADER: reason[:500]})
         if self._on_dead_letter is not None:
-            self._on_dead_letter(raw.topic)
+            self._on_dead_letter(topic)
 
 
 Hook = Callable[[set[TopicPartition]], Awaitable[None]]
@@ -297,7 +297,7 @@ class Consumer(ConsumerRebalanceListener, Generic[M]):
     async def consume(self, msg: KafkaMessage) -> None:
         """Handle one record (the subscriber calls this for each)."""
         raw = kafka_record(msg)
-        record = Record(TopicPartition(raw.topic, raw.partition), raw.offset, raw.key or b"")
+        record = Record(TopicPartition(raw.topic, raw.partition), raw.offset, raw.key or b"", raw.value or b"")
         if self.tracked:
             await self._assigned.wait()
             self.tracker.begin(record.tp, record.offset)
@@ -309,7 +309,7 @@ class Consumer(ConsumerRebalanceListener, Generic[M]):
             try:
                 await self._handler(decode(self.kind, msg.body), record)
             except PoisonMessage as e:
-                await self._dead_letters.send(msg, str(e))
+                await self._dead_letters.send(record, str(e))
                 self.finish(record)
             else:
                 if not self.keep:
