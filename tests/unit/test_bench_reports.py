@@ -216,3 +216,35 @@ def test_a_recursive_function_counts_once_per_sample():
     assert top_functions(running, n=1) == [{"function": "f (m.py)", "self": 0.75, "total": 0.75, "via": "f (m.py)"}]
     totals = {r["function"]: r["total"] for r in top_total(running, prefix="m")}
     assert totals == {"f (m.py)": 0.75, "g (m.py)": 0.75, "h (m.py)": 0.25}
+
+
+def test_the_sustained_rate_is_the_one_that_held_not_the_highest_short_step(monkeypatch, tmp_path):
+    """Short steps pass up to 200/s; held for longer, 200 and 170 fail and 144 holds."""
+    import argparse
+
+    import report
+    import run
+
+    limit = {False: 200, True: 150}  # what passes in a short step, and when held
+
+    def step(plan, url, meter, rate, *, seed, attempt, seconds=None):
+        held = seconds is not None
+        verdict = "pass" if rate <= limit[held] else "fail"
+        summary = {"sent": 1, "ok": 1, "shed": 0, "achieved_rps": rate, "p50_ms": 1, "p95_ms": 1, "p99_ms": 1,
+                   "max_ms": 1, "lag_p99_ms": 1}
+        return {"offered_rps": rate, "seconds": seconds or plan.step_s, "attempt": attempt, "verdict": verdict,
+                "why": verdict, "summary": summary, "latencies_ms": [1.0],
+                "cpu": {"core_share": {}, "client_cores": 0.1, "others_cores": 0, "machine_busy_share": 0.5}}
+
+    monkeypatch.setattr(run, "_throughput_step", step)
+    monkeypatch.setattr(run.time, "sleep", lambda s: None)
+    monkeypatch.setattr(run, "emit", lambda record: None)
+    args = argparse.Namespace(rates=None, steps=[100, 200, 300], p99_limit_ms=1000.0, profile_rate=None,
+                              trace_sample=0.1)
+    data = run.bench_throughput(run.Plan(True, args), "http://unused", meter=None)
+    assert data["step_max_rps"] == 200
+    assert [h["offered_rps"] for h in data["holds"]] == [200, 170, 144]
+    assert data["max_sustained_rps"] == 144
+    lines = report._throughput({**data, "meta": {"provider_latency_ms": 50}}, tmp_path, None)
+    assert any("**Max sustained: 144 workflows/s** for 15 s" in line for line in lines)
+    assert sum("(held 15 s)" in line for line in lines) == 3
