@@ -7,6 +7,7 @@ import json
 import time
 from types import SimpleNamespace
 
+import pyarrow.parquet as pq
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 from testbed import MMLU_PRO
@@ -154,38 +155,41 @@ def test_attack_references_are_graded_or_fail_in_bounded_time():
         grader.close()
 
 
-async def test_a_record_no_handler_can_process_goes_to_the_dlq_and_the_partition_moves_on(write_config, tmp_path):
-    from aiokafka import TopicPartition
-
+async def _sink_fed(write_config, tmp_path, make_row, request_ids):
+    """A responses sink whose dead letters are kept, fed one record per request id (offsets from 0)
+    and flushed; returns it, the dead letters as (offset, value, reason), and the records' bodies."""
     dead = []
 
     async def send(record, reason):
-        dead.append((record.offset, reason))
-
-    def explode(response, partition, offset):
-        if response.request_id == "bad":
-            raise RuntimeError("no handler can process this")
-        return {"request_id": response.request_id}, 0
+        dead.append((record.offset, record.value, reason))
 
     config = load_config(write_config())
     service = Service.create("baton-reward-logger", config.kafka, setup_tracing("t", set_global=False))
     service.dead_letters.send = send
     written = Counter("rows", "rows", ["topic"], registry=CollectorRegistry())
     sink = Sink(service, config.reward_logger, "baton.responses", responses_pb2.Response,
-                DatasetWriter(tmp_path, "baton.responses", EPISODE_SCHEMA), explode, written)
-    rows = []
-    sink.writer = SimpleNamespace(write=lambda partition, records: rows.extend(r.offset for r in records))
-
-    def message(offset, request_id):
-        body = responses_pb2.Response(request_id=request_id).SerializeToString()
-        return SimpleNamespace(raw_message=SimpleNamespace(topic="baton.responses", partition=0, offset=offset, headers=(),
-                                                           key=b"", value=body), body=body)
-
-    await sink.consumer.consume(message(0, "r0"))
-    await sink.consumer.consume(message(1, "bad"))
-    await sink.consumer.consume(message(2, "r2"))
+                DatasetWriter(tmp_path, "baton.responses", EPISODE_SCHEMA), make_row, written)
+    bodies = [responses_pb2.Response(request_id=r).SerializeToString() for r in request_ids]
+    for offset, body in enumerate(bodies):
+        await sink.consumer.consume(SimpleNamespace(body=body, raw_message=SimpleNamespace(
+            topic="baton.responses", partition=0, offset=offset, headers=(), key=b"k", value=body)))
     await sink.flush_due(force=True)
-    assert rows == [0, 2] and dead == [(1, "unprocessable: RuntimeError: no handler can process this")]
+    return sink, dead, bodies
+
+
+async def test_a_record_no_handler_can_process_goes_to_the_dlq_and_the_partition_moves_on(write_config, tmp_path):
+    from aiokafka import TopicPartition
+
+    def explode(response, partition, offset):
+        if response.request_id == "bad":
+            raise RuntimeError("no handler can process this")
+        return {"request_id": response.request_id}, 0
+
+    sink, dead, _ = await _sink_fed(write_config, tmp_path, explode, ["r0", "bad", "r2"])
+    (file,) = tmp_path.rglob("*.parquet")
+    assert pq.read_table(file).column("request_id").to_pylist() == ["r0", "r2"]
+    assert [(offset, reason) for offset, _, reason in dead] == [
+        (1, "unprocessable: RuntimeError: no handler can process this")]
     tp = TopicPartition("baton.responses", 0)
     assert sink.tracker.committable()[tp] == 3, "every offset finished: the partition commits past the bad record"
     await asyncio.sleep(0)
@@ -193,28 +197,12 @@ async def test_a_record_no_handler_can_process_goes_to_the_dlq_and_the_partition
 
 async def test_a_row_the_datasets_schema_refuses_goes_to_the_dlq_alone_and_the_others_are_written(write_config,
                                                                                                  tmp_path):
-    import pyarrow.parquet as pq
     from aiokafka import TopicPartition
-
-    dead = []
-
-    async def send(record, reason):
-        dead.append((record.offset, record.value, reason))
 
     def row(response, partition, offset):  # "bad": a request id the schema's string column cannot hold
         return {"request_id": 7 if response.request_id == "bad" else response.request_id}, 1_764_000_000_000
 
-    config = load_config(write_config())
-    service = Service.create("baton-reward-logger", config.kafka, setup_tracing("t", set_global=False))
-    service.dead_letters.send = send
-    written = Counter("rows", "rows", ["topic"], registry=CollectorRegistry())
-    sink = Sink(service, config.reward_logger, "baton.responses", responses_pb2.Response,
-                DatasetWriter(tmp_path, "baton.responses", EPISODE_SCHEMA), row, written)
-    bodies = [responses_pb2.Response(request_id=r).SerializeToString() for r in ("r0", "bad", "r2")]
-    for offset, body in enumerate(bodies):
-        await sink.consumer.consume(SimpleNamespace(body=body, raw_message=SimpleNamespace(
-            topic="baton.responses", partition=0, offset=offset, headers=(), key=b"k", value=body)))
-    await sink.flush_due(force=True)
+    sink, dead, bodies = await _sink_fed(write_config, tmp_path, row, ["r0", "bad", "r2"])
     (file,) = tmp_path.rglob("*.parquet")
     assert pq.read_table(file).column("request_id").to_pylist() == ["r0", "r2"]
     ((offset, value, reason),) = dead
