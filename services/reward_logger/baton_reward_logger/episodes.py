@@ -105,6 +105,14 @@ def feedback_row(fb: feedback_pb2.Feedback, partition: int, offset: int) -> dict
             "created_unix_ms": fb.created_unix_ms, "source_partition": partition, "source_offset": offset}
 
 
+# What pyarrow raises for a value its column's type cannot hold.
+ARROW_REFUSALS = (pa.ArrowException, TypeError, ValueError, OverflowError)
+
+
+class RowsRefused(Exception):
+    """The dataset's schema cannot hold a row of the batch; nothing was written."""
+
+
 class DatasetWriter:
     def __init__(self, root: str | os.PathLike, topic: str, schema: pa.Schema) -> None:
         # A plain path resolves against the working directory, as it always has; a URL picks its
@@ -120,7 +128,10 @@ class DatasetWriter:
         first, last = records[0].offset, records[-1].offset
         day = dt.datetime.fromtimestamp(records[0].stamp_ms / 1000, dt.UTC).date().isoformat()
         final = f"{self.root}/date={day}/{self.topic}-p{partition}-{first:012d}-{last:012d}.parquet"
-        table = pa.Table.from_pylist([r.row for r in records], schema=self.schema)
+        try:
+            table = pa.Table.from_pylist([r.row for r in records], schema=self.schema)
+        except ARROW_REFUSALS as e:
+            raise RowsRefused(str(e)) from e
         if self.local:
             self._write_local(table, Path(final), partition, first, last, day)
             return final
