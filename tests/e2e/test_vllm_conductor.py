@@ -30,15 +30,17 @@ BASE = "smollm2-135m-instruct"
 MAX_RANK = 16
 
 
-def episodes(root: Path, count: int, timeout: float = 60) -> list[dict]:
+def episodes(root: Path, request_ids: set[str], timeout: float = 60) -> list[dict]:
+    """The dataset's rows of `request_ids`, once all are written (the reward logger's consumer group
+    is shared on the session's broker: other tests' leftover responses may land in this dataset too)."""
     deadline = time.monotonic() + timeout
     rows: list[dict] = []
     while time.monotonic() < deadline:
         if any(root.rglob("*.parquet")):
-            rows = ds.dataset(root, format="parquet", partitioning="hive").to_table(
+            rows = [r for r in ds.dataset(root, format="parquet", partitioning="hive").to_table(
                 columns=["request_id", "plan_backend", "plan_fallback", "plan_invalid_reason",
-                         "plan_token_logprobs"]).to_pylist()
-            if len(rows) >= count:
+                         "plan_token_logprobs"]).to_pylist() if r["request_id"] in request_ids]
+            if len(rows) >= len(request_ids):
                 break
         time.sleep(0.5)
     return rows
@@ -92,7 +94,7 @@ def test_the_router_plans_on_vllm_and_serves_published_lora_versions(kafka_boots
             return reply.model_extra["baton"]
 
         base = [plan(q) for q in questions]
-        rows = episodes(stack.dataset_dir / "episodes", len(questions))
+        rows = episodes(stack.dataset_dir / "episodes", {info["request_id"] for info in base})
 
         published = trainer("publish-lora", "--adapter", str(tmp_path / "adapters" / "v1"), "--store", str(store),
                             "--version", "v1", config=cfg, bootstrap=kafka_bootstrap)
