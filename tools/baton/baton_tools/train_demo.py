@@ -116,7 +116,13 @@ def run_train_demo(run_dir: Path, n_train: int = 500, n_fresh: int = 200, out=pr
         client = openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0, timeout=120)
         out(f"1/4 traffic: {len(train_rows)} questions; the conductor has no policy yet and explores uniformly")
         before = summary(ask_all(client, train_rows, "explore"))
-        time.sleep(2.0)  # the reward logger flushes every 0.5 s
+        # Train on every episode of that traffic: a loaded machine's reward logger can lag the
+        # answers by seconds, and a gate on fewer episodes is too unsure to publish.
+        from baton_trainer.cluster import count_episodes
+
+        deadline = time.monotonic() + 60
+        while count_episodes(str(stack.dataset_dir / "episodes")) < len(train_rows) and time.monotonic() < deadline:
+            time.sleep(0.5)
         out("2/4 training the fast policy on the logged episodes and gating it off-policy")
         from baton_trainer.train_fast import parse_args, train_fast
 
