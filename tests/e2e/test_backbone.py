@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
-import socket
 import time
 
 import httpx
@@ -159,13 +159,20 @@ def test_an_idle_client_connection_outlives_the_clients_own_expiry(stack):
     it at 5 s too could close it just as the client sent a request on it: the client got "server
     disconnected without sending a response". One raw keep-alive connection, idle for 6 s, still serves."""
     host, port = stack.base_url.removeprefix("http://").removesuffix("/v1").split(":")
-    request = f"GET /health/live HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
-    with socket.create_connection((host, int(port)), timeout=10) as conn:
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
         for idle_s in (6, 0):
-            conn.sendall(request)
-            reply = conn.recv(65536)
-            assert reply.startswith(b"HTTP/1.1 200"), reply[:200]
-            time.sleep(idle_s)
+            # http.client reads the whole response, however the server split it into segments
+            conn.request("GET", "/health/live")
+            reply = conn.getresponse()
+            assert reply.status == 200 and reply.read() == b'{"status":"live"}'
+            if idle_s:
+                first = conn.sock
+                time.sleep(idle_s)
+        assert conn.sock is first, "the client opened a new connection: the first one was closed"
+    finally:
+        conn.close()
+
 
 async def test_malformed_records_go_to_the_dead_letter_topic_and_consumers_go_on(stack, client):
     producer = AIOKafkaProducer(bootstrap_servers=stack.bootstrap_servers)
