@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from trainer_synth import ACCURACY, make_rows, topic_of
 
-from baton_policy.aggregate import PanelAggregator, parse_options, plurality
+from baton_policy.aggregate import PanelAggregator, join, parse_options, plurality
 from baton_policy.fastpolicy import Episode, Policy
 from baton_policy.matrix import from_rows
 from baton_policy.workflows import Workflow, candidate_workflows, evaluate_workflows, single
@@ -178,6 +178,32 @@ def test_aggregator_helpers():
     refs = ["5"] * 120
     agg.fit(answers, None, ["q"] * 120, [None] * 120, refs)
     assert agg.predict(np.array([["5", "9"]], dtype=object), None, ["q"], [None]) == ["5"]
+
+
+def test_a_worker_the_panel_never_saw_joins_it_by_its_chance_of_being_right():
+    """The panel leans 0.6 to A, 0.3 to B (four options). A newcomer saying B moves the answer when
+    it is right often enough: B needs log(q * 3 / (1 - q)) > log(0.6 / 0.3), i.e. q > 0.4."""
+    candidates, probs = list("ABCD"), np.array([0.6, 0.3, 0.05, 0.05])
+    assert join(candidates, probs, "B", 0.35) == "A"
+    assert join(candidates, probs, "B", 0.45) == "B"
+    assert join(candidates, probs, "A", 0.1) == "A", "a weak newcomer agreeing keeps the panel's answer"
+    assert join(candidates, probs, "", 0.9) == "A", "no answer: the panel's own"
+    # Free-form answers: one the panel never gave can still win, when the newcomer is trusted enough.
+    assert join(["5", "7"], np.array([0.55, 0.45]), "9", 0.3) == "5"
+    assert join(["5", "7"], np.array([0.55, 0.45]), "9", 0.98) == "9"
+    assert join([], np.zeros(0), "9", 0.5) == "9" and join([], np.zeros(0), "", 0.5) == ""
+
+
+def test_aggregator_probabilities_agree_with_its_answers(data):
+    train, test = data
+    panel = next(w for w in candidate_workflows(train) if w.kind == "panel")
+    policy = Policy.fit_matrix(train, [panel], folds=2, tune_trust_folds=0)
+    agg = policy.aggregators[panel.workers]
+    cols = [test.models.index(m) for m in panel.workers]
+    args = (test.answer_columns("t")[:, cols], None, test.prompts, test.eval_names)
+    candidates, probs = agg.probabilities(*args)
+    assert np.allclose(probs.sum(1), 1.0) and (probs >= 0).all()
+    assert agg.predict(*args) == [c[int(np.argmax(p[:len(c)]))] for c, p in zip(candidates, probs, strict=True)]
 
 
 def test_policy_aggregate_serving_helper(data):

@@ -226,6 +226,25 @@ class PanelAggregator:
         self.weights = res.x
         return self
 
+    def probabilities(
+        self,
+        answers: np.ndarray,
+        lengths: np.ndarray | None,
+        prompts: Sequence[str],
+        eval_names: Sequence[str | None],
+        reliability: np.ndarray | None = None,
+    ) -> tuple[list[list[str]], np.ndarray]:
+        """Each row's candidate answers, and the probability of each being right [n, C] (0 past a
+        row's candidates and where a candidate is not valid; a row without any is all 0)."""
+        if self.weights is None:
+            raise RuntimeError("aggregator is not fitted")
+        batch = self._features(answers, lengths, prompts, eval_names, reliability)
+        scores = np.where(batch.mask, batch.feats @ self.weights, -np.inf)
+        top = scores.max(1, keepdims=True)
+        e = np.exp(scores - np.where(np.isfinite(top), top, 0.0))
+        total = e.sum(1, keepdims=True)
+        return batch.candidates, np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+
     def predict(
         self,
         answers: np.ndarray,
@@ -234,17 +253,9 @@ class PanelAggregator:
         eval_names: Sequence[str | None],
         reliability: np.ndarray | None = None,
     ) -> list[str]:
-        if self.weights is None:
-            raise RuntimeError("aggregator is not fitted")
-        batch = self._features(answers, lengths, prompts, eval_names, reliability)
-        scores = np.where(batch.mask, batch.feats @ self.weights, -np.inf)
-        out = []
-        for i, cands in enumerate(batch.candidates):
-            if not cands or not batch.mask[i].any():
-                out.append("")
-            else:
-                out.append(cands[int(np.argmax(scores[i, : len(cands)]))])
-        return out
+        candidates, probs = self.probabilities(answers, lengths, prompts, eval_names, reliability)
+        return [cands[int(np.argmax(probs[i, : len(cands)]))] if cands and probs[i].any() else ""
+                for i, cands in enumerate(candidates)]
 
     # ------------------------------------------------------------------ persistence
 
@@ -280,6 +291,26 @@ class PanelAggregator:
         obj.len_mean = np.asarray(arrays[f"{prefix}len_mean"], dtype=float)
         obj.len_std = np.asarray(arrays[f"{prefix}len_std"], dtype=float)
         return obj
+
+
+def join(candidates: Sequence[str], probs: np.ndarray, answer: str, p_right: float) -> str:
+    """A fitted panel's answer once one more worker, which the aggregator never saw, has answered
+    too (naive Bayes): that worker is right with probability ``p_right`` and otherwise gives any
+    of the other candidates alike; ``probs`` are the panel's own (:meth:`PanelAggregator.probabilities`).
+    The worker's answer gains ``log(p_right * (m - 1) / (1 - p_right))`` over the rest, ``m``
+    being the number of candidates (with its answer when the panel did not give it), and never
+    loses: an estimate below chance is likelier the head's error than a worker that avoids the truth.
+    An answer no member gave starts as likely as the panel's least likely one."""
+    p = np.asarray(probs, dtype=float)[: len(candidates)]
+    scores = {c: float(np.log(p[j])) for j, c in enumerate(candidates) if p[j] > 0}
+    if answer:
+        q = float(np.clip(p_right, 0.02, 0.98))
+        m = len(scores) + (answer not in scores)
+        if m > 1:
+            scores[answer] = scores.get(answer, min(scores.values(), default=0.0)) + max(0.0, float(np.log(q * (m - 1) / (1 - q))))
+        else:
+            scores[answer] = 0.0
+    return max(scores, key=lambda c: scores[c]) if scores else ""
 
 
 def is_letter_task(answers: np.ndarray) -> bool:

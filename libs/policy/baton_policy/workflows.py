@@ -108,7 +108,8 @@ def _columns(matrix: OutcomeMatrix, workers: Sequence[str]) -> list[int]:
         raise ValueError(f"worker missing from the matrix: {exc}") from exc
 
 
-def _answer_scores(matrix: OutcomeMatrix, cols: list[int], preds: Sequence[str]) -> np.ndarray:
+def answer_scores(matrix: OutcomeMatrix, cols: list[int], preds: Sequence[str]) -> np.ndarray:
+    """What each row's answer ``preds[i]`` of the panel on columns ``cols`` scores (see the module docstring)."""
     n = len(preds)
     out = np.zeros(n)
     if matrix.reference is not None:
@@ -201,11 +202,11 @@ def evaluate_workflows(
         answers = matrix.answer_columns(f"workflow {w.name}")[:, cols]
         if w.kind == "vote":
             preds = [plurality(list(answers[i])) for i in range(n)]
-            scores[:, a] = _answer_scores(matrix, cols, preds)
+            scores[:, a] = answer_scores(matrix, cols, preds)
             costs[:, a] = matrix.costs[:, cols].sum(1)
             calls[:, a] = len(cols)
         elif w.kind == "panel":
-            scores[:, a] = _answer_scores(matrix, cols, learned(w.workers))
+            scores[:, a] = answer_scores(matrix, cols, learned(w.workers))
             costs[:, a] = matrix.costs[:, cols].sum(1)
             calls[:, a] = len(cols)
         else:  # escalate
@@ -213,7 +214,7 @@ def evaluate_workflows(
             head = answers[:, : w.first]
             agree = np.array([bool(h[0]) and all(x == h[0] for x in h) for h in head])
             preds = [head[i, 0] if agree[i] else full[i] for i in range(n)]
-            scores[:, a] = _answer_scores(matrix, cols, preds)
+            scores[:, a] = answer_scores(matrix, cols, preds)
             head_cost = matrix.costs[:, cols[: w.first]].sum(1)
             costs[:, a] = np.where(agree, head_cost, matrix.costs[:, cols].sum(1))
             calls[:, a] = np.where(agree, w.first, len(cols))

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
+from baton_policy.aggregate import join
 from baton_policy.fastpolicy import Policy
 from baton_policy.matrix import OutcomeMatrix, without
 from baton_policy.newcomers import Newcomers
-from baton_policy.workflows import Workflow, candidate_workflows, evaluate_workflows
+from baton_policy.workflows import Workflow, answer_scores, candidate_workflows, evaluate_workflows
 from baton_trainer.replay import _r
 
 WINDOWS = 10
@@ -40,6 +41,31 @@ def _greedy(policy: Policy, test: OutcomeMatrix, cost_weight: float):
     pick = policy.values([], None, cost_weight, quality=quality).argmax(1)
     rows = np.arange(len(test))
     return quality, outcomes, pick, (outcomes.scores[rows, pick], outcomes.costs[rows, pick], outcomes.calls[rows, pick])
+
+
+class _Joined:
+    """A newcomer's panel on the test rows: the known panel's probabilities, the newcomer's answers,
+    and what either answer scores. Its final answer (aggregate.join) is one of the two."""
+
+    def __init__(self, test: OutcomeMatrix, hidden: OutcomeMatrix, newcomers: Newcomers, workers: tuple[str, ...],
+                 quality: np.ndarray) -> None:
+        *members, worker = workers
+        cols = [hidden.models.index(m) for m in members]
+        lengths = hidden.output_chars[:, cols] if hidden.output_chars is not None else None
+        self.candidates, self.probs = newcomers.panel_probabilities(
+            tuple(members), hidden.prompts, hidden.eval_names, hidden.answer_columns("a panel")[:, cols], lengths, quality)
+        self.answers = test.answer_columns("a panel")[:, test.models.index(worker)]
+        top = [c[int(np.argmax(self.probs[i, :len(c)]))] if c and self.probs[i].any() else ""
+               for i, c in enumerate(self.candidates)]
+        test_cols = [test.models.index(m) for m in workers]
+        self.top, self.top_score = top, answer_scores(test, test_cols, top)
+        self.answer_score = answer_scores(test, test_cols, list(self.answers))
+
+    def score(self, i: int, p_right: float) -> float:
+        answer = join(self.candidates[i], self.probs[i], self.answers[i], p_right)
+        if answer and answer == self.answers[i]:
+            return float(self.answer_score[i])
+        return float(self.top_score[i]) if answer and answer == self.top[i] else 0.0
 
 
 def run_new_worker(train: OutcomeMatrix, test: OutcomeMatrix, name: str, *, cost_weight: float = 0.0,
@@ -68,8 +94,11 @@ def run_new_worker(train: OutcomeMatrix, test: OutcomeMatrix, name: str, *, cost
     price = float(train.costs[:, train.models.index(name)].mean())
     newcomers = Newcomers(absent, {name: price}, share=share)
     actions = newcomers.newcomers
-    new_outcomes = evaluate_workflows(test, [Workflow(a.name, a.kind, a.workers) for a in actions])
     features = newcomers.features(hidden_test.prompts, hidden_test.eval_names, quality)
+    new_outcomes = evaluate_workflows(test, [Workflow(a.name, "vote" if a.kind == "panel" else a.kind, a.workers)
+                                             for a in actions])
+    joined = {k: _Joined(test, hidden_test, newcomers, a.workers, quality)
+              for k, a in enumerate(actions) if a.kind == "panel"}
     values = absent.values([], None, cost_weight, quality=quality)
 
     n = len(test)
@@ -86,6 +115,8 @@ def run_new_worker(train: OutcomeMatrix, test: OutcomeMatrix, name: str, *, cost
             continue
         chose[t] = k
         scores[t], costs[t], calls[t] = new_outcomes.scores[i, k], new_outcomes.costs[i, k], new_outcomes.calls[i, k]
+        if k in joined:  # its answer depends on what the newcomer's head has learned by now
+            scores[t] = joined[k].score(i, float(newcomers.reliability(name, features[i:i + 1])[0]))
         newcomers.update("", None, actions[k].name, float(scores[t]), test.sample_ids[i], features=features[i:i + 1])
 
     def ordered(series):
