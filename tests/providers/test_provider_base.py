@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import email.utils
+import logging
 import pickle
 
 import httpx
@@ -8,6 +9,7 @@ import pytest
 
 from baton_executor.providers import Provider, ProviderCall, ProviderError, build_provider
 from baton_executor.providers.base import parse_go_duration, parse_retry_after, redact
+from baton_platform.http import configure_logging
 from baton_tools.standins import run_standin
 
 
@@ -75,3 +77,24 @@ async def test_bad_base_url_is_final():
 
     assert info.value.retryable is False
     assert "base_url" in info.value.reason
+
+
+@pytest.mark.parametrize("kind", ["openai_compatible", "gemini"])
+async def test_calls_reuse_their_parsed_url_and_log_no_line_per_request(kind, caplog):
+    """httpx logs every request with its URL at INFO: the services' logging keeps it at WARNING."""
+    configure_logging()
+    try:
+        with caplog.at_level(logging.INFO), run_standin("openai" if kind == "openai_compatible" else kind) as base_url:
+            provider = build_provider(kind, base_url=base_url, api_key="sk-secret-1")
+            try:
+                for model in ("m1", "m1", "m2"):
+                    reply = await provider.complete(ProviderCall(model=model, messages=[{"role": "user", "content": "x"}]))
+                    assert model in reply.text
+            finally:
+                await provider.aclose()
+        assert not [r for r in caplog.records if r.name.startswith("httpx")]
+        # One parsed URL per distinct URL: the same for every model on an OpenAI-compatible server,
+        # one per model on Gemini's.
+        assert len(provider._urls) == (1 if kind == "openai_compatible" else 2)
+    finally:
+        logging.getLogger("httpx").setLevel(logging.NOTSET)
