@@ -60,6 +60,11 @@ build() {  # build <name> <dockerfile> [build args...]; CONTEXT (default .) is t
             -v "$ROOT/docker/local/uv.toml:/etc/uv/uv.toml:ro" \
             "${BASE_ARGS[@]}" -f "$file" -t "$ref" "$@" "${CONTEXT:-.}" >/dev/null
         if [[ "$PUSH" == 1 ]]; then buildah push "$ref"; fi
+        # Every change to the sources makes a new build stage (a venv, about 1 GB) and leaves the
+        # image the tag pointed to untagged. Kept, they filled a CI machine's disk within a day of
+        # builds, until the local cluster's kubelet evicted its own pause image. Untagged images
+        # go; the tagged ones, and the layers they use, stay.
+        buildah rmi --prune >/dev/null 2>&1 || true
     fi
 }
 
