@@ -253,9 +253,7 @@ class PanelAggregator:
         eval_names: Sequence[str | None],
         reliability: np.ndarray | None = None,
     ) -> list[str]:
-        candidates, probs = self.probabilities(answers, lengths, prompts, eval_names, reliability)
-        return [cands[int(np.argmax(probs[i, : len(cands)]))] if cands and probs[i].any() else ""
-                for i, cands in enumerate(candidates)]
+        return most_likely(*self.probabilities(answers, lengths, prompts, eval_names, reliability))
 
     # ------------------------------------------------------------------ persistence
 
@@ -291,6 +289,11 @@ class PanelAggregator:
         obj.len_mean = np.asarray(arrays[f"{prefix}len_mean"], dtype=float)
         obj.len_std = np.asarray(arrays[f"{prefix}len_std"], dtype=float)
         return obj
+
+
+def most_likely(candidates: Sequence[Sequence[str]], probs: np.ndarray) -> list[str]:
+    """Each row's most likely candidate (:meth:`PanelAggregator.probabilities`); "" for a row without any."""
+    return [c[int(np.argmax(probs[i, : len(c)]))] if c and probs[i].any() else "" for i, c in enumerate(candidates)]
 
 
 def join(candidates: Sequence[str], probs: np.ndarray, answer: str, p_right: float) -> str:

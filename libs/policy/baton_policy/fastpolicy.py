@@ -436,6 +436,13 @@ class Policy:
                 out[:, j] = q[:, heads[m]]
         return out
 
+    def member_reliability(self, members: Sequence[str], prompts: Sequence[str],
+                           eval_names: Sequence[str | None] | None = None, quality: np.ndarray | None = None) -> np.ndarray:
+        """:meth:`reliability` of a panel's members, [n, k] in their order (0.5 for an unknown one)."""
+        full = self.reliability(prompts, eval_names, quality=quality)
+        models = self.meta.get("models", [])
+        return np.stack([full[:, models.index(m)] if m in models else np.full(len(full), 0.5) for m in members], 1)
+
     def choose_index(self, values: np.ndarray) -> np.ndarray:
         return np.argmax(values, axis=1)
 
@@ -494,11 +501,7 @@ class Policy:
         lengths = None
         if output_chars is not None:
             lengths = np.array([[float(output_chars.get(m, np.nan)) for m in w.workers]])
-        rel = None
-        if agg.use_reliability:
-            full = self.reliability([prompt], [eval_name])
-            models = self.meta.get("models", [])
-            rel = np.array([[full[0, models.index(m)] if m in models else 0.5 for m in w.workers]])
+        rel = self.member_reliability(w.workers, [prompt], [eval_name]) if agg.use_reliability else None
         return agg.predict(np.array([row], dtype=object), lengths, [prompt], [eval_name], rel)[0]
 
     # ------------------------------------------------------------------ persistence

@@ -270,11 +270,7 @@ class Newcomers:
                             quality: np.ndarray | None = None) -> tuple[list[list[str]], np.ndarray]:
         """The known panel's own candidates and probabilities (its fitted aggregator's)."""
         agg = self.policy.aggregators[members]
-        rel = None
-        if agg.use_reliability:
-            full = self.policy.reliability(prompts, eval_names, quality=quality)
-            models = self.policy.meta.get("models", [])
-            rel = np.stack([full[:, models.index(m)] if m in models else np.full(len(prompts), 0.5) for m in members], 1)
+        rel = self.policy.member_reliability(members, prompts, eval_names, quality) if agg.use_reliability else None
         return agg.probabilities(answers, lengths if agg.use_lengths else None, prompts, eval_names, rel)
 
     def features(self, prompts: Sequence[str], eval_names: Sequence[str | None], quality: np.ndarray) -> np.ndarray:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from baton_policy.aggregate import join
+from baton_policy.aggregate import join, most_likely
 from baton_policy.fastpolicy import Policy
 from baton_policy.matrix import OutcomeMatrix, without
 from baton_policy.newcomers import Newcomers
@@ -55,8 +55,7 @@ class _Joined:
         self.candidates, self.probs = newcomers.panel_probabilities(
             tuple(members), hidden.prompts, hidden.eval_names, hidden.answer_columns("a panel")[:, cols], lengths, quality)
         self.answers = test.answer_columns("a panel")[:, test.models.index(worker)]
-        top = [c[int(np.argmax(self.probs[i, :len(c)]))] if c and self.probs[i].any() else ""
-               for i, c in enumerate(self.candidates)]
+        top = most_likely(self.candidates, self.probs)
         test_cols = [test.models.index(m) for m in workers]
         self.top, self.top_score = top, answer_scores(test, test_cols, top)
         self.answer_score = answer_scores(test, test_cols, list(self.answers))
@@ -95,6 +94,7 @@ def run_new_worker(train: OutcomeMatrix, test: OutcomeMatrix, name: str, *, cost
     newcomers = Newcomers(absent, {name: price}, share=share)
     actions = newcomers.newcomers
     features = newcomers.features(hidden_test.prompts, hidden_test.eval_names, quality)
+    # A newcomer's panel costs and calls what a vote of its workers does; its score is _Joined's.
     new_outcomes = evaluate_workflows(test, [Workflow(a.name, "vote" if a.kind == "panel" else a.kind, a.workers)
                                              for a in actions])
     joined = {k: _Joined(test, hidden_test, newcomers, a.workers, quality)
