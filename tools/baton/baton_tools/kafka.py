@@ -470,6 +470,10 @@ class LocalKafka:
             "num.partitions": "1",
             "default.replication.factor": "1",
             "min.insync.replicas": "1",
+            # One thread each for the network and the requests: the defaults (3 and 8) are sized for
+            # a server's cores, and here only add thread hand-offs between a few cores.
+            "num.network.threads": "1",
+            "num.io.threads": "1",
         }
         props.update(self.server_properties)
         body = "".join(f"{key}={value}\n" for key, value in props.items())
@@ -526,10 +530,12 @@ class LocalKafka:
         cmd = [
             java,
             f"-Xmx{self.heap}",
-            "-XX:+UseG1GC",
-            "-XX:MaxGCPauseMillis=20",
-            "-XX:InitiatingHeapOccupancyPercent=35",
-            "-XX:+ExplicitGCInvokesConcurrent",
+            # A development broker shares a few cores with the services it serves, and it is new for
+            # every stack, suite and benchmark: with the default tiered JIT, its C2 compiler threads
+            # were most of its CPU in the minutes after a start (a flight recording of a 5-hop relay
+            # at 100 messages/s). Only C1 and the serial collector cut its CPU per message there by 40%.
+            "-XX:TieredStopAtLevel=1",
+            "-XX:+UseSerialGC",
             *self._jvm_common(libs),
             "kafka.Kafka",
             str(self.data_dir / "server.properties"),
