@@ -26,6 +26,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, cast
+from urllib.parse import urlsplit
 
 LAG_LIMIT_MS = 100.0  # send lag p99 above this: the generator, not the server, set the pace
 
@@ -91,44 +92,100 @@ def _arrivals(rate: float, horizon_s: float, seed: int) -> list[float]:
         out.append(t)
 
 
-async def _drive(load: Load, rate: float, seed: int, start_at: float) -> dict:
-    import httpx  # imported here: the orchestrator only needs this module's summaries
+class _Pool:
+    """Keep-alive HTTP/1.1 connections to one server, for JSON POSTs. The generator is an instrument:
+    httpx cost it 3-5 ms of CPU per request, which at a few hundred requests a second on a small
+    machine is a core the system under test no longer has. This does only what the bench needs:
+    Content-Length and chunked replies; a connection the server closed, or that timed out, is dropped,
+    and one idle for `IDLE_S` is not reused (uvicorn closes idle ones after 5 s, and a request sent
+    as it does so would fail for the client's sake, not the server's)."""
 
+    IDLE_S = 4.0
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme != "http" or not parts.hostname:
+            raise ValueError(f"the load generator speaks plain http only: {url}")
+        self.host, self.port = parts.hostname, parts.port or 80
+        self.prefix = parts.path.rstrip("/")
+        self._idle: list[tuple[float, asyncio.StreamReader, asyncio.StreamWriter]] = []
+
+    async def _connection(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        while self._idle:
+            since, reader, writer = self._idle.pop()
+            if not reader.at_eof() and time.monotonic() - since < self.IDLE_S:
+                return reader, writer
+            writer.close()
+        return await asyncio.open_connection(self.host, self.port)
+
+    async def post_json(self, path: str, body: bytes) -> tuple[int, bytes]:
+        reader, writer = await self._connection()
+        try:
+            writer.write(b"POST %s HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % ((self.prefix + path).encode(), self.host.encode(),
+                                                              self.port, len(body), body))
+            head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+            status = int(head[0].split(" ", 2)[1])
+            headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in head[1:] if line)}
+            if headers.get("transfer-encoding", "").lower() == "chunked":
+                chunks = []
+                while size := int((await reader.readuntil(b"\r\n")).split(b";")[0], 16):
+                    chunks.append((await reader.readexactly(size + 2))[:-2])
+                await reader.readuntil(b"\r\n")
+                data = b"".join(chunks)
+            else:
+                data = await reader.readexactly(int(headers.get("content-length", "0")))
+        except BaseException:
+            writer.close()  # half-read or cancelled by the timeout: the connection's state is unknown
+            raise
+        if headers.get("connection", "").lower() == "close":
+            writer.close()
+        else:
+            self._idle.append((time.monotonic(), reader, writer))
+        return status, data
+
+    def close(self) -> None:
+        for _, _, writer in self._idle:
+            writer.close()
+        self._idle.clear()
+
+
+async def _drive(load: Load, rate: float, seed: int, start_at: float) -> dict:
     offsets = _arrivals(rate, load.warmup_s + load.duration_s, seed)
     records: list[list] = []
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=30)
-    async with httpx.AsyncClient(base_url=load.url, timeout=load.timeout_s, limits=limits, trust_env=False) as client:
+    pool = _Pool(load.url)
 
-        async def one(i: int, scheduled: float) -> None:
-            body = {"model": load.model, "max_tokens": 16,
-                    "messages": [{"role": "user", "content": f"Benchmark request {seed}-{i}: reply briefly."}]}
-            sent = time.monotonic()
-            try:
-                r = await client.post("/chat/completions", json=body)
-                status: int | str = r.status_code
-                if status == 200 and not r.json()["choices"][0]["message"]["content"]:
-                    status = "empty_answer"
-            except httpx.TimeoutException:
-                status = "timeout"
-            except (httpx.HTTPError, ValueError, KeyError, IndexError) as e:
-                status = type(e).__name__
-            done = time.monotonic()
-            records.append([round(scheduled - start_at, 4), round((sent - scheduled) * 1000, 3),
-                            round((done - sent) * 1000, 3), status, scheduled - start_at < load.warmup_s])
+    async def one(i: int, scheduled: float) -> None:
+        body = json.dumps({"model": load.model, "max_tokens": 16, "messages": [
+            {"role": "user", "content": f"Benchmark request {seed}-{i}: reply briefly."}]}).encode()
+        sent = time.monotonic()
+        try:
+            code, data = await asyncio.wait_for(pool.post_json("/chat/completions", body), load.timeout_s)
+            status: int | str = code
+            if code == 200 and not json.loads(data)["choices"][0]["message"]["content"]:
+                status = "empty_answer"
+        except TimeoutError:
+            status = "timeout"
+        except (OSError, asyncio.IncompleteReadError, ValueError, KeyError, IndexError, TypeError) as e:
+            status = type(e).__name__
+        done = time.monotonic()
+        records.append([round(scheduled - start_at, 4), round((sent - scheduled) * 1000, 3),
+                        round((done - sent) * 1000, 3), status, scheduled - start_at < load.warmup_s])
 
-        cpu0 = time.process_time()
-        delay = start_at - time.monotonic()
+    cpu0 = time.process_time()
+    delay = start_at - time.monotonic()
+    if delay > 0:
+        await asyncio.sleep(delay)
+    jobs = []
+    for i, offset in enumerate(offsets):
+        scheduled = start_at + offset
+        delay = scheduled - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
-        jobs = []
-        for i, offset in enumerate(offsets):
-            scheduled = start_at + offset
-            delay = scheduled - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            jobs.append(asyncio.create_task(one(i, scheduled)))
-        await asyncio.gather(*jobs)
-        cpu = time.process_time() - cpu0
+        jobs.append(asyncio.create_task(one(i, scheduled)))
+    await asyncio.gather(*jobs)
+    cpu = time.process_time() - cpu0
+    pool.close()
     return {"records": records, "cpu_s": cpu}
 
 
@@ -139,12 +196,12 @@ def _child(argv: list[str]) -> int:
     p.add_argument("--seed", type=int, required=True)
     args = p.parse_args(argv)
     load = Load(**json.loads(args.load))
-    import httpx  # noqa: F401 - pay the import before saying ready
+    import uvloop  # imported here, before saying ready: the orchestrator only needs this module's summaries
 
     print("ready", flush=True)
     line = sys.stdin.readline().split()
     start_at = float(line[1])  # time.monotonic() is one system-wide clock on Linux
-    result = asyncio.run(_drive(load, args.rate, args.seed, start_at))
+    result = uvloop.run(_drive(load, args.rate, args.seed, start_at))
     sys.stdout.write(json.dumps(result) + "\n")
     return 0
 

@@ -112,10 +112,10 @@ class Plan:
 
     @staticmethod
     def client_procs(rate: float) -> int:
-        # An httpx client costs ~1.5 ms of CPU a request on a quiet core and 3-7 ms on a busy one;
-        # past ~100/s a second process keeps each event loop on schedule (the send lag says whether
-        # it did).
-        return max(1, min(4, math.ceil(rate / 100)))
+        # The generator's client costs ~0.5 ms of CPU a request (0.42-0.49 in `--only throughput`
+        # at 60-160/s); past ~400/s a second process keeps each event loop on schedule (the send
+        # lag says whether it did).
+        return max(1, min(4, math.ceil(rate / 400)))
 
     def public(self) -> dict:
         return {k: v for k, v in vars(self).items()}
