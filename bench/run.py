@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import math
 import os
 import platform
 import resource
@@ -35,7 +34,7 @@ import profiles
 import report
 import ttft
 import yaml
-from loadgen import LAG_LIMIT_MS, Load, generate, pooled
+from loadgen import LAG_LIMIT_MS, Load, generate, pooled, procs_for
 from procs import (
     LITELLM_VERSION,
     CpuMeter,
@@ -113,10 +112,7 @@ class Plan:
 
     @staticmethod
     def client_procs(rate: float) -> int:
-        # The generator's client costs ~0.5 ms of CPU a request (0.42-0.49 in `--only throughput`
-        # at 60-160/s); past ~400/s a second process keeps each event loop on schedule (the send
-        # lag says whether it did).
-        return max(1, min(4, math.ceil(rate / 400)))
+        return procs_for(rate)
 
     def public(self) -> dict:
         return {k: v for k, v in vars(self).items()}

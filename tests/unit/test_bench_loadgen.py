@@ -1,27 +1,43 @@
-"""The bench's open-loop load generator: its own HTTP/1.1 client against the OpenAI stand-in, and
-the reply shapes that client must read (chunked bodies, a server that closes the connection)."""
+"""The open-loop load generator (`make bench`, and `bench/loadgen.py` against a running stack): its own
+HTTP/1.1 client against the OpenAI stand-in, the reply shapes that client must read (chunked bodies, a
+server that closes the connection), and the one-step configuration the throughput check runs."""
 
 import asyncio
+import json
+import subprocess
 import sys
 from pathlib import Path
 
-# The bench scripts import each other by bare name (`from loadgen import ...`), as `make bench` runs them.
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from baton_platform.config import load_config
 
-from loadgen import Load, _Pool, generate  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "bench"
+# The bench scripts import each other by bare name (`from loadgen import ...`), as `make bench` runs them.
+sys.path.insert(0, str(BENCH))
+
+from loadgen import _Pool  # noqa: E402
 from procs import start_standin  # noqa: E402
 
 
-def test_every_request_of_a_run_against_the_stand_in_is_answered_and_measured(tmp_path):
+def test_a_run_from_the_command_line_against_the_stand_in_answers_and_measures_every_request(tmp_path):
     standin, url = start_standin(tmp_path, latency_ms=20)
     try:
-        out = generate(Load(url=url, model="sim", rate=40, duration_s=1.5, warmup_s=0.5, procs=1))
+        out = subprocess.run([sys.executable, str(BENCH / "loadgen.py"), "--url", url, "--model", "sim",
+                              "--rate", "40", "--seconds", "1.5"], capture_output=True, text=True, timeout=60)
     finally:
         standin.stop()
-    s = out["summary"]
+    assert out.returncode == 0, out.stderr
+    s = json.loads(out.stdout)
     assert s["sent"] >= 30 and s["ok"] == s["sent"] and not s["errors"], s
     assert 20 <= s["p50_ms"] < 1000  # the stand-in's 20 ms and the way there and back
-    assert s["client_cpu_ms_per_request"] > 0
+    assert s["client_cpu_ms_per_request"] > 0 and s["offered_rps"] == 40
+
+
+def test_the_throughput_check_config_is_a_one_step_static_plan_on_the_stand_in():
+    config = load_config(ROOT / "config" / "examples" / "one-step.yaml")
+    assert config.conductor.backend == "static" and config.conductor.plan.workers == ["standin"]
+    assert [(w.provider, str(w.base_url)) for w in config.workers] == [
+        ("openai_compatible", "http://127.0.0.1:18099/v1")]
 
 
 def test_the_client_reads_chunked_and_closing_replies_and_reuses_only_open_connections():
