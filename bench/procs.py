@@ -116,6 +116,7 @@ def litellm_ready_url(base_url: str) -> str:
 # --- CPU accounting ---------------------------------------------------------------------------------
 
 _TICK = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def _stat(pid: int | str) -> list[str]:
@@ -130,8 +131,8 @@ def user_system_s(pid: int) -> tuple[float, float]:
     return int(fields[11]) / _TICK, int(fields[12]) / _TICK
 
 
-def _proc_table() -> dict[int, tuple[int, float]]:
-    """pid -> (parent pid, CPU seconds used) for every process visible in /proc."""
+def _proc_table() -> dict[int, tuple[int, float, int]]:
+    """pid -> (parent pid, CPU seconds used, resident bytes) for every process visible in /proc."""
     table = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -140,7 +141,8 @@ def _proc_table() -> dict[int, tuple[int, float]]:
             fields = _stat(entry)
         except OSError:
             continue
-        table[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICK)
+        # rss is field 24 of stat(5), in pages
+        table[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICK, int(fields[21]) * _PAGE)
     return table
 
 
@@ -162,30 +164,33 @@ class CpuMeter:
         self._machine = (0.0, 0.0)
         self._t0 = 0.0
 
-    def _read(self) -> dict[str, float]:
+    def _read(self) -> tuple[dict[str, float], dict[str, int]]:
+        """Per process tree: CPU seconds used so far, and resident bytes now."""
         table = _proc_table()
         children: dict[int, list[int]] = {}
-        for pid, (ppid, _) in table.items():
+        for pid, (ppid, _, _) in table.items():
             children.setdefault(ppid, []).append(pid)
-        used = {}
+        used, resident = {}, {}
         for name, root in self.roots.items():
-            total, stack = 0.0, [root]
+            total, rss, stack = 0.0, 0, [root]
             while stack:
                 pid = stack.pop()
                 if pid in table:
                     total += table[pid][1]
+                    rss += table[pid][2]
                     stack.extend(children.get(pid, ()))
-            used[name] = total
-        return used
+            used[name], resident[name] = total, rss
+        return used, resident
 
     def start(self) -> None:
-        self._start = self._read()
+        self._start, _ = self._read()
         self._machine = _machine_cpu()
         self._t0 = time.monotonic()
 
     def stop(self) -> dict:
-        """Per process tree: CPU seconds and share of one core over the interval; machine busy share."""
-        end = self._read()
+        """Per process tree: CPU seconds and share of one core over the interval, and resident memory
+        at its end (under the load just measured); the machine's busy share."""
+        end, resident = self._read()
         busy, total = _machine_cpu()
         wall = max(time.monotonic() - self._t0, 1e-9)
         procs = {name: round(end[name] - self._start.get(name, 0.0), 3) for name in end}
@@ -196,6 +201,7 @@ class CpuMeter:
             "wall_s": round(wall, 2),
             "cpu_s": procs,
             "core_share": {name: round(v / wall, 3) for name, v in procs.items()},
+            "rss_mb": {name: round(v / 2**20, 1) for name, v in resident.items()},
             "machine_busy_share": round(machine_busy / max(total - self._machine[1], 1e-9), 3),
             # What other tenants of the machine used meanwhile (the load generator is counted there).
             "others_cores": round(max(0.0, machine_busy - ours) / wall, 2),

@@ -228,6 +228,16 @@ def _throughput(data: dict, results: Path, plt) -> list[str]:
                      + " | ".join(_fmt(cpu["core_share"].get(n), 2) for n in names)
                      + f" | {_fmt(cpu['client_cores'], 2)} | {_fmt(cpu['others_cores'], 2)} | "
                      f"{_fmt(cpu['machine_busy_share'] * 100, 0)}% |")
+    runs = [(st, False) for st in data["steps"]] + [(st, True) for st in data.get("holds", [])]
+    if any("rss_mb" in st["cpu"] for st, _ in runs):
+        lines += ["", "Resident memory of each process at the end of each step (MB, from /proc; the goal is at most "
+                  "200 MB for each Baton service under load):", "",
+                  "| offered/s | " + " | ".join(names) + " |", "|" + "---:|" * (len(names) + 1)]
+        for st, held in runs:
+            rss = st["cpu"].get("rss_mb", {})
+            label = _fmt(st["offered_rps"], 0) + (" (2nd)" if st.get("attempt", 1) > 1 else "")
+            label += f" (held {st['seconds']:g} s)" if held else ""
+            lines.append(f"| {label} | " + " | ".join(_fmt(rss.get(n), 0) for n in names) + " |")
     lines.append("")
     if plt is not None:
         _plot_throughput(data, results / "throughput.png", plt)
@@ -342,7 +352,10 @@ def _profile(data: dict, results: Path, plt) -> list[str]:
     names = sorted(cpu["cpu_s"])
     lines += ["| | " + " | ".join(names) + " |", "|:--|" + "---:|" * len(names),
               "| CPU ms / workflow | " + " | ".join(_fmt(data["cpu_ms_per_workflow"][n], 2) for n in names) + " |",
-              "| share of a core | " + " | ".join(_fmt(cpu["core_share"][n], 2) for n in names) + " |", ""]
+              "| share of a core | " + " | ".join(_fmt(cpu["core_share"][n], 2) for n in names) + " |"]
+    if "rss_mb" in cpu:
+        lines.append("| resident MB at the end | " + " | ".join(_fmt(cpu["rss_mb"].get(n), 0) for n in names) + " |")
+    lines.append("")
     lines += [
         f"**Per hop**, from {hops['workflows']} sampled workflows that took the usual path "
         f"({hops['traces']} traces, {hops['spans']} spans collected). *in X* runs from X starting to handle a "
@@ -398,6 +411,11 @@ def _summary(present: dict) -> list[str]:
         lines.append(f"- Max sustained throughput: **{_fmt(t['max_sustained_rps'], 0)} workflows/s** held for "
                      f"{t['criterion'].get('hold_s', 0):g} s (highest short step that passed: "
                      f"{_fmt(t.get('step_max_rps'), 0)}/s; stopped by: {t['stopped_by']})")
+        held = [h for h in t.get("holds", []) if h["verdict"] == "pass" and "rss_mb" in h["cpu"]]
+        if held:
+            rss = held[-1]["cpu"]["rss_mb"]
+            lines.append(f"- Resident memory (MB) after the {_fmt(held[-1]['offered_rps'], 0)}/s hold: "
+                         + ", ".join(f"{n} {_fmt(v, 0)}" for n, v in sorted(rss.items(), key=lambda kv: -kv[1])))
     if "profile" in present:
         pr = present["profile"]
         per = pr["cpu_ms_per_workflow"]

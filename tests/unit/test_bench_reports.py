@@ -234,7 +234,8 @@ def test_the_sustained_rate_is_the_one_that_held_not_the_highest_short_step(monk
                    "max_ms": 1, "lag_p99_ms": 1}
         return {"offered_rps": rate, "seconds": seconds or plan.step_s, "attempt": attempt, "verdict": verdict,
                 "why": verdict, "summary": summary, "latencies_ms": [1.0],
-                "cpu": {"core_share": {}, "client_cores": 0.1, "others_cores": 0, "machine_busy_share": 0.5}}
+                "cpu": {"core_share": {"gateway": 0.2}, "client_cores": 0.1, "others_cores": 0,
+                        "machine_busy_share": 0.5, "rss_mb": {"gateway": 100 + rate / 10}}}
 
     monkeypatch.setattr(run, "_throughput_step", step)
     monkeypatch.setattr(run.time, "sleep", lambda s: None)
@@ -247,4 +248,28 @@ def test_the_sustained_rate_is_the_one_that_held_not_the_highest_short_step(monk
     assert data["max_sustained_rps"] == 144
     lines = report._throughput({**data, "meta": {"provider_latency_ms": 50}}, tmp_path, None)
     assert any("**Max sustained: 144 workflows/s** for 15 s" in line for line in lines)
-    assert sum("(held 15 s)" in line for line in lines) == 3
+    assert sum("(held 15 s)" in line for line in lines) == 6  # the results table, and the memory table
+    assert "| 144 (held 15 s) | 114 |" in lines  # resident MB at the end of the hold that passed
+    summary = report._summary({"throughput": data})
+    assert "- Resident memory (MB) after the 144/s hold: gateway 114" in summary
+
+
+def test_the_meter_reads_each_process_trees_resident_memory(tmp_path):
+    """A child holding 64 MB under a parent: the tree's resident memory counts both."""
+    import subprocess
+
+    from procs import CpuMeter
+
+    code = "import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', " \
+           "'import time; b = bytearray(64 << 20); print(1, flush=True); time.sleep(60)'], stdout=sys.stdout); time.sleep(60)"
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None and parent.stdout.readline().strip() == "1"
+        meter = CpuMeter({"tree": parent.pid})
+        meter.start()
+        rss = meter.stop()["rss_mb"]["tree"]
+    finally:
+        subprocess.run(["pkill", "-P", str(parent.pid)], check=False)
+        parent.kill()
+        parent.wait()
+    assert 64 < rss < 200
