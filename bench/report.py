@@ -82,8 +82,10 @@ def _overhead(data: dict, results: Path, plt) -> list[str]:
         "",
         f"A local OpenAI stand-in answers every chat completion after a fixed {meta['provider_latency_ms']} ms. "
         "Three clients call it at the same open-loop Poisson arrival schedule (same seed per rate): "
-        "**direct** (the stand-in itself), **Baton** (gateway → Kafka → router → synthesizer → executor → "
-        "stand-in and back; static one-step plan on one `openai_compatible` worker) and **LiteLLM** "
+        "**direct** (the stand-in itself), **Baton** ("
+        + ("gateway → Kafka → router → executor → stand-in and back, `router.direct_single_step` on"
+           if meta.get("direct_single_step") else "gateway → Kafka → router → synthesizer → executor → stand-in and back")
+        + "; static one-step plan on one `openai_compatible` worker) and **LiteLLM** "
         f"(proxy {meta['litellm']}, in its own venv). Overhead = percentile through the proxy − "
         "the same percentile direct, in the same run; ratio = Baton's overhead ÷ LiteLLM's. At each rate the "
         f"measuring time is cut into {data['runs'][0].get('rounds', 1)} round(s) in which every target takes a "

@@ -121,9 +121,10 @@ class Plan:
 # --- the system under test -----------------------------------------------------------------------
 
 
-def baton_config(path: Path, standin_url: str, request_timeout_s: float) -> Path:
+def baton_config(path: Path, standin_url: str, request_timeout_s: float, direct: bool = True) -> Path:
     """One `openai_compatible` worker on the stand-in and a static one-step plan: Baton adds only its
-    own path (gateway, router, synthesizer, executor, Kafka in between) to the provider call."""
+    own path (gateway, router, executor, Kafka in between; with `direct` off, the synthesizer too) to
+    the provider call."""
     data = {
         "workers": [{"name": "standin", "provider": "openai_compatible", "model": "standin-model",
                      "base_url": standin_url, "limits": {"concurrency": 1024},
@@ -132,6 +133,7 @@ def baton_config(path: Path, standin_url: str, request_timeout_s: float) -> Path
                       "plan": {"workers": ["standin"], "subtasks": ["Answer the question."], "access": [[]]}},
         "kafka": {"partitions": PARTITIONS, "session_timeout_ms": 6000, "heartbeat_interval_ms": 1000},
         "gateway": {"request_timeout_s": request_timeout_s, "auth": "none"},  # local, on loopback
+        "router": {"direct_single_step": direct},
         "synthesizer": {"step_timeout_s": 30},
     }
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -419,6 +421,7 @@ def machine_meta(argv: list[str], plan: Plan) -> dict:
         "litellm": LITELLM_VERSION,
         "litellm_workers": 1,
         "provider_latency_ms": PROVIDER_LATENCY_MS,
+        "direct_single_step": "--no-direct" not in argv,
         "plan": plan.public(),
     }
 
@@ -464,7 +467,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> None:
         cleanup.callback(kafka.stop)
 
         if http:
-            config = baton_config(work / "baton.yaml", standin_url, plan.request_timeout_s)
+            config = baton_config(work / "baton.yaml", standin_url, plan.request_timeout_s, direct=not args.no_direct)
             receiver = SpanReceiver().start()
             cleanup.callback(receiver.stop)
             # Traces as a deployment with tracing on exports them: a sampled share of workflows, whole.
@@ -535,6 +538,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trace-sample", type=float, default=0.1,
                    help="share of workflows whose traces the services export (parentbased_traceidratio)")
     p.add_argument("--report-only", action="store_true", help="redraw REPORT.md and plots from the JSON files")
+    p.add_argument("--no-direct", action="store_true",
+                   help="run the one-step plan through the synthesizer (router.direct_single_step off, the default "
+                   "configuration's path) instead of straight from the router to the executor")
     args = p.parse_args(argv)
     if args.report_only:
         report.render(RESULTS, echo)

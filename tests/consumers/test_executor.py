@@ -14,7 +14,7 @@ from aiokafka import TopicPartition
 from testbed import default_config_data, first_question
 
 import baton_executor.main as executor
-from baton.v1 import common_pb2, responses_pb2, tasks_pb2, workflow_pb2
+from baton.v1 import common_pb2, requests_pb2, responses_pb2, tasks_pb2, workflow_pb2
 from baton_executor.calls import StepRunner
 from baton_executor.handlers import TaskConsumer
 from baton_executor.main import create_app
@@ -178,3 +178,45 @@ async def test_an_unexpected_executor_error_ends_the_step_instead_of_holding_the
         assert await committed_past(c, record)
     failed = workflow_pb2.WorkflowEvent.FromString(result.value).step_failed
     assert failed.error.code == "executor_error" and not failed.retryable
+
+
+async def test_a_one_step_workflow_sent_straight_here_is_answered_to_the_client_once(bus):
+    """router.direct_single_step: the task carries its workflow; the executor publishes the client's
+    final response, episode included, on the request's reply partition, and nothing on baton.workflow.
+    On the real broker, a replica that finds the response already published (its owner crashed before
+    committing) does not run the task again."""
+    config = bus.config()
+    row = first_question()
+    rid = uuid.uuid4().hex
+    request = requests_pb2.ChatRequest(request_id=rid, reply_partition=1, created_unix_ms=1,
+                                       messages=[common_pb2.ChatMessage(role="user", content=row["prompt"])])
+    plan = workflow_pb2.Plan(steps=[workflow_pb2.PlanStep(worker="gemini-pro", instruction="Answer.")], backend="static")
+    task = tasks_pb2.Task(task_id=f"{rid}:0:1", request_id=rid, step=0, attempt=1, worker="gemini-pro",
+                          query=row["prompt"], messages=request.messages,
+                          workflow=workflow_pb2.WorkflowPlanned(request=request, plan=plan))
+
+    def mine(r) -> bool:
+        return r.key == rid.encode()
+
+    app = create_app(config, "sim", tracer_provider=setup_tracing("t", set_global=False))
+    async with bus.running(app, topics.RESPONSES, topics.WORKFLOW) as seen:
+        await bus.publish(app, topics.tasks_topic("sim"), rid, task.SerializeToString())
+        (record,) = await seen[topics.RESPONSES].wait(mine)
+        assert await seen[topics.WORKFLOW].wait(mine, timeout=1) == []
+    response = responses_pb2.Response.FromString(record.value)
+    assert record.partition == 1 and response.answer == f"The answer is ({row['gemini-1.5-pro-002|answer']})."
+    assert [(s.worker, s.output) for s in response.episode.steps] == [("gemini-pro", response.answer)]
+    assert response.episode.request == request and response.episode.plan == plan
+    if bus.kind != "kafka":
+        return
+    # The same task again, uncommitted, with its answer already out: a new executor must skip it.
+    again = uuid.uuid4().hex
+    task.request_id = task.workflow.request.request_id = again
+    task.task_id = f"{again}:0:1"
+    response.request_id = again
+    app = create_app(config, "sim", tracer_provider=setup_tracing("t", set_global=False))
+    await bus.publish(app, topics.tasks_topic("sim"), again, task.SerializeToString())
+    await bus.publish(app, topics.RESPONSES, again, response.SerializeToString(), partition=1)
+    async with bus.running(app, topics.RESPONSES) as seen:
+        rerun = await seen[topics.RESPONSES].wait(lambda r: r.key == again.encode(), timeout=5)
+    assert rerun == [], "a task whose answer was already published ran again"

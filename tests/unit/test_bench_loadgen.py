@@ -33,9 +33,10 @@ def test_a_run_from_the_command_line_against_the_stand_in_answers_and_measures_e
     assert s["client_cpu_ms_per_request"] > 0 and s["offered_rps"] == 40
 
 
-def test_the_throughput_check_config_is_a_one_step_static_plan_on_the_stand_in():
+def test_the_throughput_check_config_is_a_one_step_static_plan_on_the_stand_in_sent_straight_to_the_executor():
     config = load_config(ROOT / "config" / "examples" / "one-step.yaml")
     assert config.conductor.backend == "static" and config.conductor.plan.workers == ["standin"]
+    assert config.router.direct_single_step
     assert [(w.provider, str(w.base_url)) for w in config.workers] == [
         ("openai_compatible", "http://127.0.0.1:18099/v1")]
 

@@ -408,3 +408,60 @@ def test_only_the_answering_step_gets_the_clients_options_and_tool_turns(write_c
     (finish,) = wf.advance(run)
     assert finish.response.answer == "" and finish.response.tool_calls[0].id == "c2"
     assert finish.response.finish_reason == "tool_calls"
+
+
+def test_a_one_step_workflow_answered_at_the_executor_gets_the_response_the_synthesizer_would_give(write_config):
+    """router.direct_single_step: the router's task is the synthesizer's, and the executor's final
+    response (baton_workflow.steps.one_step_response) is the synthesizer's, answer or failure."""
+    from baton_router.handlers import direct_task
+    from baton_workflow.steps import one_step_response
+
+    plan = Plan(workers=["gemini-pro"], subtasks=["Answer."], access=[[]])
+    for outcome in ("completed", "failed"):
+        wf, run, clock = setup(write_config, plan)
+        (dispatch,) = wf.advance(run)
+        task = direct_task(run.request, run.plan_proto, wf._workers)
+        assert task is not None and task.workflow.request == run.request and task.workflow.plan == run.plan_proto
+        task.ClearField("workflow")
+        assert task == dispatch.task
+        clock.now += 250
+        if outcome == "completed":
+            result = workflow_pb2.WorkflowEvent(request_id="r1", step_completed=completed(0, "the answer"))
+            result.step_completed.worker, result.step_completed.model = "gemini-pro", "gemini-1.5-pro-002"
+            result.step_completed.finish_reason = "stop"
+            wf.on_completed("r1", result.step_completed)
+        else:
+            result = workflow_pb2.WorkflowEvent(request_id="r1", step_failed=workflow_pb2.StepFailed(
+                task_id="r1:0:1", step=0, attempt=1, worker="gemini-pro",
+                error=common_pb2.Error(code="provider_error", message="429 from upstream")))
+            wf.on_failed("r1", result.step_failed)
+        (finish,) = wf.advance(run)
+        planned = workflow_pb2.WorkflowPlanned(request=run.request, plan=run.plan_proto)
+        assert one_step_response(planned, result, clock.now) == finish.response, outcome
+
+
+def test_only_a_one_step_client_workflow_without_fallback_stream_or_group_goes_straight_to_the_executor():
+    from baton_platform.config import WorkerConfig
+    from baton_router.handlers import direct_task
+
+    workers = {"a": WorkerConfig.model_construct(name="a", provider="openai_compatible", fallback=None),
+               "b": WorkerConfig.model_construct(name="b", provider="sim", fallback="a")}
+    request = requests_pb2.ChatRequest(request_id="r", messages=[common_pb2.ChatMessage(role="user", content="Q?")],
+                                       max_tokens=7, deadline_unix_ms=123, reply_partition=2)
+    one = to_proto(Plan(workers=["a"], subtasks=["Answer."], access=[[]]), backend="static")
+    task = direct_task(request, one, workers)
+    assert task is not None and (task.task_id, task.worker, task.max_tokens, task.deadline_unix_ms) == ("r:0:1", "a", 7, 123)
+    assert task.workflow.request.reply_partition == 2 and task.workflow.planned_unix_ms > 0
+    two = to_proto(Plan(workers=["a", "a"], subtasks=["Draft.", "Answer."], access=[[], [0]]), backend="static")
+    with_fallback = to_proto(Plan(workers=["b"], subtasks=["Answer."], access=[[]]), backend="static")
+    conductor = to_proto(Plan(workers=["conductor"], subtasks=["Plan."], access=[[]]), backend="static")
+    streamed, inner, candidate = (requests_pb2.ChatRequest(), requests_pb2.ChatRequest(), requests_pb2.ChatRequest())
+    for r in (streamed, inner, candidate):
+        r.CopyFrom(request)
+    streamed.stream = True
+    inner.parent.request_id = "p"
+    candidate.group_size = 4
+    assert direct_task(request, two, workers) is None
+    assert direct_task(request, with_fallback, workers) is None
+    assert direct_task(request, conductor, workers) is None
+    assert all(direct_task(r, one, workers) is None for r in (streamed, inner, candidate))

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import OrderedDict
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -37,6 +38,7 @@ from baton_platform.consumer import Record
 from baton_platform.kafka import client_options, partition_ids, read_since
 from baton_platform.messages import PoisonMessage
 from baton_platform.service import Service
+from baton_workflow.steps import one_step_response
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +80,8 @@ class TaskConsumer:
         self.stopping = False  # set by drain: no new task starts; the next owner runs it
         self.results = service.publisher(topics.WORKFLOW, workflow_pb2.WorkflowEvent, "Steps' results.")
         self.answers = service.publisher(topics.RESPONSES, responses_pb2.Response,
-                                         "Answer text as it comes, for streaming clients.")
+                                         "Answer text as it comes, for streaming clients; the answers of one-step "
+                                         "workflows the router sent straight here.")
         # No task of a new assignment runs before its recovery (on_assigned) knows the results published for it.
         self.consumer = service.consumer(
             self.topic, tasks_pb2.Task, self.handle, group=self.group, tracked=True, keep=True, commit_every_s=0.2,
@@ -160,7 +163,13 @@ class TaskConsumer:
         delay = self.publish_retry_s
         while True:
             try:
-                await self.results.send(event, key=task.request_id)
+                if task.HasField("workflow"):
+                    # The client request's whole workflow (router.direct_single_step): answer the client.
+                    planned = task.workflow
+                    await self.answers.send(one_step_response(planned, event, int(time.time() * 1000)),
+                                            key=task.request_id, partition=planned.request.reply_partition)
+                else:
+                    await self.results.send(event, key=task.request_id)
                 return True
             except asyncio.CancelledError:
                 raise
@@ -265,14 +274,22 @@ class TaskConsumer:
         return oldest
 
     async def _published_since(self, probe, since_ms: int) -> set[str]:
-        ids = await partition_ids(client_options(self.service.kafka), topics.WORKFLOW)
-        parts = [TopicPartition(topics.WORKFLOW, p) for p in ids]
+        """Tasks whose results were published since `since_ms`: steps completed on baton.workflow, and
+        the steps of final responses on baton.responses (one-step workflows answered from here)."""
+        options = client_options(self.service.kafka)
+        parts = [TopicPartition(topic, p) for topic in (topics.WORKFLOW, topics.RESPONSES)
+                 for p in await partition_ids(options, topic)]
         found: set[str] = set()
         async for r in read_since(probe, parts, since_ms):  # bounded by the caller's timeout
             with contextlib.suppress(Exception):
-                event = workflow_pb2.WorkflowEvent.FromString(r.value)
-                if event.WhichOneof("event") == "step_completed":
-                    found.add(event.step_completed.task_id)
+                if r.topic == topics.WORKFLOW:
+                    event = workflow_pb2.WorkflowEvent.FromString(r.value)
+                    if event.WhichOneof("event") == "step_completed":
+                        found.add(event.step_completed.task_id)
+                    continue
+                response = responses_pb2.Response.FromString(r.value)
+                if response.WhichOneof("outcome") in ("answer", "error"):
+                    found.update(f"{response.request_id}:{s.step}:{s.attempt}" for s in response.episode.steps)
         return found
 
     # -- metrics -------------------------------------------------------------------------------

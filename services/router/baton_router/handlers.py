@@ -1,22 +1,25 @@
-"""Kafka wiring of the router: baton.requests in, WorkflowPlanned out on baton.workflow; policy updates
+"""Kafka wiring of the router: baton.requests in, WorkflowPlanned out on baton.workflow (or, for a
+one-step workflow with router.direct_single_step, its task straight to the executor); policy updates
 from baton.policy."""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping, Sequence
 
 from prometheus_client import Counter, Histogram
 
-from baton.v1 import policy_pb2, requests_pb2, workflow_pb2
+from baton.v1 import policy_pb2, requests_pb2, tasks_pb2, workflow_pb2
 from baton_platform import topics
-from baton_platform.config import DEFAULT_POLICY_NAME, RouterConfig
+from baton_platform.config import DEFAULT_POLICY_NAME, RouterConfig, WorkerConfig
 from baton_platform.consumer import Record
 from baton_platform.messages import PoisonMessage
 from baton_platform.service import Service
 from baton_router.exploration import candidates, explores
 from baton_router.planning import Planner
-from baton_workflow import CONDUCTOR
+from baton_workflow import CONDUCTOR, from_proto
+from baton_workflow.steps import step_task
 
 log = logging.getLogger(__name__)
 
@@ -31,11 +34,34 @@ def kept_answer(request: requests_pb2.ChatRequest, plan: workflow_pb2.Plan, seco
         inner_plan=plan))
 
 
-def register(service: Service, settings: RouterConfig, planner: Planner, backend=None) -> None:
+def direct_task(request: requests_pb2.ChatRequest, plan: workflow_pb2.Plan,
+                workers: Mapping[str, WorkerConfig]) -> tasks_pb2.Task | None:
+    """The task that runs this workflow whole at the executor (router.direct_single_step), or None when
+    it needs the synthesizer: more than one step, the conductor or a worker with a fallback as its step,
+    a streaming client (its progress and deltas), an inner call (its result returns to a parent) or a
+    candidate of an exploration group (its outcome may be judged with the others)."""
+    if len(plan.steps) != 1 or request.stream or request.HasField("parent") or request.group_size > 1:
+        return None
+    worker = workers.get(plan.steps[0].worker)
+    if worker is None or worker.fallback:
+        return None
+    task = step_task(request, from_proto(plan), 0, 1, worker.name, {})
+    task.workflow.CopyFrom(workflow_pb2.WorkflowPlanned(request=request, plan=plan,
+                                                        planned_unix_ms=int(time.time() * 1000)))
+    return task
+
+
+def register(service: Service, settings: RouterConfig, planner: Planner, backend=None,
+             workers: Sequence[WorkerConfig] = ()) -> None:
     plans = Counter("baton_plans", "Plans published", ["backend", "outcome"], registry=service.registry)
     latency = Histogram("baton_planning_seconds", "Time to plan one request", registry=service.registry)
     tracer = service.tracer_provider.get_tracer("baton.router")
     workflow = service.publisher(topics.WORKFLOW, workflow_pb2.WorkflowEvent, "Plans, and inner calls' kept answers.")
+    by_name = {w.name: w for w in workers} if settings.direct_single_step else {}
+    tasks = {p: service.publisher(topics.tasks_topic(p), tasks_pb2.Task, f"One-step workflows for the {p} executors.")
+             for p in sorted({w.provider for w in by_name.values()})}
+    direct = Counter("baton_router_direct", "One-step workflows sent straight to an executor", ["provider"],
+                     registry=service.registry)
     expired = Counter("baton_router_expired", "Requests not planned: their deadline had passed", registry=service.registry)
 
     async def plan_request(request: requests_pb2.ChatRequest, record: Record) -> None:
@@ -61,6 +87,12 @@ def register(service: Service, settings: RouterConfig, planner: Planner, backend
                     span.set_attribute("baton.group_id", candidate.group_id)
             latency.observe(time.perf_counter() - started)
             plans.labels(planner.backend_name, "valid" if result.valid else "fallback").inc()
+            task = direct_task(candidate, result.plan, by_name) if by_name else None
+            if task is not None:
+                provider = by_name[task.worker].provider
+                await tasks[provider].send(task, key=task.request_id, record=record)
+                direct.labels(provider).inc()
+                continue
             if inner and not result.plan.steps:
                 event = kept_answer(candidate, result.plan, time.perf_counter() - started)
             else:

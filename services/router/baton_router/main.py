@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = None) -> AsgiFastStream:
     service = Service.create(SERVICE_NAME, config.kafka, tracer_provider)
     backend = build_backend(config.conductor, config.workers)
-    register(service, config.router, Planner(config.conductor, config.workers, backend), backend)
+    register(service, config.router, Planner(config.conductor, config.workers, backend), backend, config.workers)
     register_rewards(service, backend)
     loading: list[asyncio.Task] = []
 

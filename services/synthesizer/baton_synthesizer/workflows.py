@@ -29,7 +29,8 @@ from typing import Any
 from baton.v1 import common_pb2, feedback_pb2, requests_pb2, responses_pb2, tasks_pb2, workflow_pb2
 from baton_platform.config import JudgeConfig, SynthesizerConfig, WorkerConfig
 from baton_synthesizer.judge import best, judge_messages, parse_scores
-from baton_workflow import CONDUCTOR, Plan, from_proto, query_text, readable_steps, ready_steps, step_messages, turn
+from baton_workflow import CONDUCTOR, Plan, from_proto, query_text, readable_steps, ready_steps, turn
+from baton_workflow.steps import answer_options, record_step, step_task
 
 
 @dataclass(frozen=True)
@@ -315,26 +316,7 @@ class Workflows:
         if worker_name == CONDUCTOR:
             return self._replan(run, step, attempt)
         worker = self._workers[worker_name]
-        outputs = {i: c.output for i, c in run.done.items()}
-        prior = [(s.instruction, s.output) for s in run.request.parent.steps]
-        answering = step == run.plan.steps - 1
-        messages = step_messages(run.plan, step, run.conversation, outputs, prior,
-                                 native_tools=answering and bool(run.request.answer.tools))
-        rid = run.request.request_id
-        task = tasks_pb2.Task(
-            task_id=f"{rid}:{step}:{attempt}",
-            request_id=rid,
-            step=step,
-            attempt=attempt,
-            worker=worker.name,
-            messages=[common_pb2.ChatMessage(**m) for m in messages],
-            deadline_unix_ms=run.request.deadline_unix_ms,
-            query=query_text(run.conversation),
-        )
-        if answering:
-            # The client's limits, sampling, tools and format shape its answer; earlier steps run on
-            # the workers' defaults (a draft cut to the client's max_tokens would starve the answer).
-            self._answer_options(run.request, task)
+        task = step_task(run.request, run.plan, step, attempt, worker.name, {i: c.output for i, c in run.done.items()})
         if self._streams(run, step):
             task.stream = True
             task.reply_partition = run.request.reply_partition
@@ -362,7 +344,7 @@ class Workflows:
             metadata=run.request.metadata, deadline_unix_ms=run.request.deadline_unix_ms,
             created_unix_ms=self._clock(), parent=parent)
         if step == run.plan.steps - 1:
-            self._answer_options(run.request, inner)  # the inner workflow's last step answers the client
+            answer_options(run.request, inner)  # the inner workflow's last step answers the client
         run.started.add(step)
         run.workers[step] = CONDUCTOR
         run.attempts[step] = attempt
@@ -375,14 +357,6 @@ class Workflows:
             inner.budget.max_cost_usd = max(max_cost - spent, 1e-9)
         return Replan(request=inner)
 
-    @staticmethod
-    def _answer_options(request: requests_pb2.ChatRequest, into: tasks_pb2.Task | requests_pb2.ChatRequest) -> None:
-        into.max_tokens = request.max_tokens
-        if request.HasField("temperature"):
-            into.temperature = request.temperature
-        if request.HasField("answer"):
-            into.answer.CopyFrom(request.answer)
-
     def _finish(self, run: Run, *, answer: str | None = None, error: common_pb2.Error | None = None,
                 judgement: responses_pb2.Judgement | None = None) -> Finish | Return:
         run.finished = True
@@ -390,20 +364,8 @@ class Workflows:
                                         latency_ms=float(self._clock() - run.request.created_unix_ms))
         total = episode.total
         for i in sorted(run.started):
-            record = episode.steps.add(step=i, worker=run.workers[i], attempt=run.attempts[i],
-                                       instruction=run.plan.subtasks[i])
-            if i in run.done:
-                c = run.done[i]
-                record.model, record.output, record.latency_ms = c.model, c.output, c.latency_ms
-                record.usage.CopyFrom(c.usage)
-                total.input_tokens += c.usage.input_tokens
-                total.output_tokens += c.usage.output_tokens
-                total.cost_usd += c.usage.cost_usd
-                total.calls += c.usage.calls
-            elif i in run.errors:
-                record.error.CopyFrom(run.errors[i])
-            if i in run.done and run.done[i].HasField("inner_plan"):
-                record.inner_plan.CopyFrom(run.done[i].inner_plan)
+            record_step(episode, i, run.workers[i], run.attempts[i], run.plan.subtasks[i], completed=run.done.get(i),
+                        error=run.errors.get(i))
         if run.request.HasField("parent"):
             return self._return(run, episode, answer, error)
         if judgement is not None:

@@ -23,15 +23,16 @@ _sym_db = _symbol_database.Default()
 
 
 from baton.v1 import common_pb2 as baton_dot_v1_dot_common__pb2
+from baton.v1 import workflow_pb2 as baton_dot_v1_dot_workflow__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x62\x61ton/v1/tasks.proto\x12\x08\x62\x61ton.v1\x1a\x15\x62\x61ton/v1/common.proto\"\xd0\x02\n\x04Task\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x0c\n\x04step\x18\x03 \x01(\x05\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\x0e\n\x06worker\x18\x05 \x01(\t\x12\'\n\x08messages\x18\x06 \x03(\x0b\x32\x15.baton.v1.ChatMessage\x12\x12\n\nmax_tokens\x18\x07 \x01(\x05\x12\x18\n\x0btemperature\x18\x08 \x01(\x01H\x00\x88\x01\x01\x12\x18\n\x10\x64\x65\x61\x64line_unix_ms\x18\t \x01(\x03\x12\r\n\x05query\x18\n \x01(\t\x12\x12\n\ncandidates\x18\x0b \x03(\t\x12\x0e\n\x06stream\x18\x0c \x01(\x08\x12\x17\n\x0freply_partition\x18\r \x01(\x05\x12\'\n\x06\x61nswer\x18\x0e \x01(\x0b\x32\x17.baton.v1.AnswerOptionsB\x0e\n\x0c_temperatureb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x62\x61ton/v1/tasks.proto\x12\x08\x62\x61ton.v1\x1a\x15\x62\x61ton/v1/common.proto\x1a\x17\x62\x61ton/v1/workflow.proto\"\xfd\x02\n\x04Task\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x0c\n\x04step\x18\x03 \x01(\x05\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\x0e\n\x06worker\x18\x05 \x01(\t\x12\'\n\x08messages\x18\x06 \x03(\x0b\x32\x15.baton.v1.ChatMessage\x12\x12\n\nmax_tokens\x18\x07 \x01(\x05\x12\x18\n\x0btemperature\x18\x08 \x01(\x01H\x00\x88\x01\x01\x12\x18\n\x10\x64\x65\x61\x64line_unix_ms\x18\t \x01(\x03\x12\r\n\x05query\x18\n \x01(\t\x12\x12\n\ncandidates\x18\x0b \x03(\t\x12\x0e\n\x06stream\x18\x0c \x01(\x08\x12\x17\n\x0freply_partition\x18\r \x01(\x05\x12\'\n\x06\x61nswer\x18\x0e \x01(\x0b\x32\x17.baton.v1.AnswerOptions\x12+\n\x08workflow\x18\x0f \x01(\x0b\x32\x19.baton.v1.WorkflowPlannedB\x0e\n\x0c_temperatureb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'baton.v1.tasks_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TASK']._serialized_start=58
-  _globals['_TASK']._serialized_end=394
+  _globals['_TASK']._serialized_start=83
+  _globals['_TASK']._serialized_end=464
 # @@protoc_insertion_point(module_scope)

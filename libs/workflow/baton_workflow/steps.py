@@ -1,0 +1,83 @@
+"""A step as the executor receives it, and a step's outcome as the episode records it: one definition
+for the synthesizer, which runs workflows of any shape, and for the router and executor, which run a
+one-step workflow between them (`router.direct_single_step`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from baton.v1 import common_pb2, requests_pb2, responses_pb2, tasks_pb2, workflow_pb2
+from baton_workflow.context import query_text, step_messages, turn
+from baton_workflow.plan import Plan
+
+
+def answer_options(request: requests_pb2.ChatRequest, into: tasks_pb2.Task | requests_pb2.ChatRequest) -> None:
+    """The client's limits, sampling, tools and format, for what answers it (a plan's last step)."""
+    into.max_tokens = request.max_tokens
+    if request.HasField("temperature"):
+        into.temperature = request.temperature
+    if request.HasField("answer"):
+        into.answer.CopyFrom(request.answer)
+
+
+def step_task(request: requests_pb2.ChatRequest, plan: Plan, step: int, attempt: int, worker: str,
+              outputs: Mapping[int, str]) -> tasks_pb2.Task:
+    """The task for one step: the messages its access list allows (`outputs`: the earlier steps'
+    outputs), and on the last step the client's answer options."""
+    conversation = [turn(m) for m in request.messages]
+    prior = [(s.instruction, s.output) for s in request.parent.steps]
+    answering = step == plan.steps - 1
+    messages = step_messages(plan, step, conversation, outputs, prior,
+                             native_tools=answering and bool(request.answer.tools))
+    rid = request.request_id
+    task = tasks_pb2.Task(
+        task_id=f"{rid}:{step}:{attempt}", request_id=rid, step=step, attempt=attempt, worker=worker,
+        messages=[common_pb2.ChatMessage(**m) for m in messages], deadline_unix_ms=request.deadline_unix_ms,
+        query=query_text(conversation))
+    if answering:
+        # Earlier steps run on the workers' defaults: a draft cut to the client's max_tokens would starve the answer.
+        answer_options(request, task)
+    return task
+
+
+def record_step(episode: responses_pb2.Episode, step: int, worker: str, attempt: int, instruction: str,
+                completed: workflow_pb2.StepCompleted | None = None, error: common_pb2.Error | None = None) -> None:
+    """A started step in the episode: its output and usage (added to the totals) or its error."""
+    record = episode.steps.add(step=step, worker=worker, attempt=attempt, instruction=instruction)
+    if completed is not None:
+        record.model, record.output, record.latency_ms = completed.model, completed.output, completed.latency_ms
+        record.usage.CopyFrom(completed.usage)
+        total = episode.total
+        total.input_tokens += completed.usage.input_tokens
+        total.output_tokens += completed.usage.output_tokens
+        total.cost_usd += completed.usage.cost_usd
+        total.calls += completed.usage.calls
+        if completed.HasField("inner_plan"):
+            record.inner_plan.CopyFrom(completed.inner_plan)
+    elif error is not None:
+        record.error.CopyFrom(error)
+
+
+def one_step_response(planned: workflow_pb2.WorkflowPlanned, result: workflow_pb2.WorkflowEvent,
+                      now_ms: int) -> responses_pb2.Response:
+    """The client's final response for a one-step workflow, from its only step's result: what the
+    synthesizer answers for the same workflow."""
+    request, step = planned.request, planned.plan.steps[0]
+    episode = responses_pb2.Episode(request=request, plan=planned.plan,
+                                    latency_ms=float(now_ms - request.created_unix_ms))
+    response = responses_pb2.Response(request_id=request.request_id, completed_unix_ms=now_ms)
+    if result.WhichOneof("event") == "step_completed":
+        done = result.step_completed
+        record_step(episode, 0, done.worker or step.worker, done.attempt, step.instruction, completed=done)
+        response.answer = done.output
+        response.tool_calls.extend(done.tool_calls)
+        response.finish_reason = done.finish_reason
+        response.logprobs.extend(done.logprobs)
+    else:
+        failed = result.step_failed
+        worker = failed.worker or step.worker
+        record_step(episode, 0, worker, failed.attempt, step.instruction, error=failed.error)
+        response.error.CopyFrom(common_pb2.Error(code="step_failed",
+                                                 message=f"step 1 ({worker}) failed: {failed.error.message}"))
+    response.episode.CopyFrom(episode)
+    return response
