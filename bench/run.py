@@ -80,9 +80,10 @@ class Plan:
         self.quick = quick
         # 50/s: the rate the overhead goal is set at (Baton's overhead at most half of LiteLLM's).
         self.rates = args.rates or ([10, 20] if quick else [5, 10, 20, 40, 50])
-        # On this two-core machine Baton holds about 200 single-step workflows/s: steps up to past it.
-        self.steps = args.steps or ([20, 40, 80, 120, 160, 200, 240, 280, 320] if quick
-                                    else [10, 20, 40, 60, 80, 100, 120, 150, 200, 240, 280, 320, 400])
+        # On this two-core machine Baton holds about 400 single-step workflows/s (about 300 through the
+        # synthesizer, --no-direct): steps up to past it.
+        self.steps = args.steps or ([20, 40, 80, 160, 240, 320, 400, 480, 560] if quick
+                                    else [10, 20, 40, 80, 120, 160, 200, 240, 280, 320, 400, 480, 560, 640])
         self.warm_s = 2.0 if quick else 8.0  # unmeasured load on each target after start-up
         self.warmup_s = 1.0  # unmeasured start of every measured run
         self.rounds = 1 if quick else 3
