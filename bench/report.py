@@ -84,7 +84,7 @@ def _overhead(data: dict, results: Path, plt) -> list[str]:
         "Three clients call it at the same open-loop Poisson arrival schedule (same seed per rate): "
         "**direct** (the stand-in itself), **Baton** ("
         + ("gateway → Kafka → router → executor → stand-in and back, `router.direct_single_step` on"
-           if meta.get("direct_single_step") else "gateway → Kafka → router → synthesizer → executor → stand-in and back")
+           if meta["plan"].get("direct") else "gateway → Kafka → router → synthesizer → executor → stand-in and back")
         + "; static one-step plan on one `openai_compatible` worker) and **LiteLLM** "
         f"(proxy {meta['litellm']}, in its own venv). Overhead = percentile through the proxy − "
         "the same percentile direct, in the same run; ratio = Baton's overhead ÷ LiteLLM's. At each rate the "

@@ -78,6 +78,7 @@ class Plan:
 
     def __init__(self, quick: bool, args: argparse.Namespace) -> None:
         self.quick = quick
+        self.direct = not args.no_direct  # router.direct_single_step in Baton's configuration
         # 50/s: the rate the overhead goal is set at (Baton's overhead at most half of LiteLLM's).
         self.rates = args.rates or ([10, 20] if quick else [5, 10, 20, 40, 50])
         # On this two-core machine Baton holds about 400 single-step workflows/s (about 300 through the
@@ -110,10 +111,6 @@ class Plan:
         if self.quick:
             return 4.0
         return min(24.0, max(10.0, 150.0 / rate))
-
-    @staticmethod
-    def client_procs(rate: float) -> int:
-        return procs_for(rate)
 
     def public(self) -> dict:
         return {k: v for k, v in vars(self).items()}
@@ -195,7 +192,7 @@ def bench_overhead(plan: Plan, targets: dict[str, tuple[str, str]], meter: CpuMe
     runs, rows = [], []
     for i, rate in enumerate(plan.rates):
         duration = plan.overhead_duration(rate)
-        procs = plan.client_procs(rate)
+        procs = procs_for(rate)
         outs: dict[str, list[dict]] = {name: [] for name in targets}
         cpus: dict[str, list[dict]] = {name: [] for name in targets}
         echo(f"overhead: {rate:g} req/s, {duration:g} s per target in {plan.rounds} round(s) ...")
@@ -299,7 +296,7 @@ def _throughput_step(plan: Plan, url: str, meter: CpuMeter, rate: float, *, seed
                      seconds: float | None = None) -> dict:
     seconds = seconds or plan.step_s
     load = Load(url=url, model="baton", rate=rate, duration_s=seconds, warmup_s=1.0,
-                timeout_s=plan.request_timeout_s + 5, seed=seed, procs=plan.client_procs(rate))
+                timeout_s=plan.request_timeout_s + 5, seed=seed, procs=procs_for(rate))
     again = " (second try)" if attempt > 1 else ""
     echo(f"throughput: {rate:g} workflows/s for {seconds:g} s ({load.procs} client process(es)){again} ...")
     out, cpu = metered(meter, load)
@@ -337,7 +334,7 @@ def bench_profile(plan: Plan, url: str, meter: CpuMeter, receiver: SpanReceiver,
                   rate: float) -> dict:
     """Steady load at one rate with py-spy on every service and sampled traces collected."""
     load = Load(url=url, model="baton", rate=rate, duration_s=plan.profile_s, warmup_s=1.0,
-                timeout_s=plan.request_timeout_s + 5, seed=7, procs=plan.client_procs(rate))
+                timeout_s=plan.request_timeout_s + 5, seed=7, procs=procs_for(rate))
     echo(f"profile: {rate:g} workflows/s for {plan.profile_s:g} s, py-spy on {len(pids)} processes ...")
     receiver.take()
     receiver.collecting = True
@@ -422,7 +419,6 @@ def machine_meta(argv: list[str], plan: Plan) -> dict:
         "litellm": LITELLM_VERSION,
         "litellm_workers": 1,
         "provider_latency_ms": PROVIDER_LATENCY_MS,
-        "direct_single_step": "--no-direct" not in argv,
         "plan": plan.public(),
     }
 
@@ -468,7 +464,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> None:
         cleanup.callback(kafka.stop)
 
         if http:
-            config = baton_config(work / "baton.yaml", standin_url, plan.request_timeout_s, direct=not args.no_direct)
+            config = baton_config(work / "baton.yaml", standin_url, plan.request_timeout_s, direct=plan.direct)
             receiver = SpanReceiver().start()
             cleanup.callback(receiver.stop)
             # Traces as a deployment with tracing on exports them: a sampled share of workflows, whole.

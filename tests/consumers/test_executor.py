@@ -185,7 +185,7 @@ async def test_a_one_step_workflow_sent_straight_here_is_answered_to_the_client_
     final response, episode included, on the request's reply partition, and nothing on baton.workflow.
     On the real broker, a replica that finds the response already published (its owner crashed before
     committing) does not run the task again."""
-    config = bus.config()
+    config = bus.config(router={"direct_single_step": True})
     row = first_question()
     rid = uuid.uuid4().hex
     request = requests_pb2.ChatRequest(request_id=rid, reply_partition=1, created_unix_ms=1,

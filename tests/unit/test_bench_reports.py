@@ -240,7 +240,7 @@ def test_the_sustained_rate_is_the_one_that_held_not_the_highest_short_step(monk
     monkeypatch.setattr(run, "_throughput_step", step)
     monkeypatch.setattr(run.time, "sleep", lambda s: None)
     monkeypatch.setattr(run, "emit", lambda record: None)
-    args = argparse.Namespace(rates=None, steps=[100, 200, 300], p99_limit_ms=1000.0, profile_rate=None,
+    args = argparse.Namespace(rates=None, steps=[100, 200, 300], p99_limit_ms=1000.0, profile_rate=None, no_direct=False,
                               trace_sample=0.1)
     data = run.bench_throughput(run.Plan(True, args), "http://unused", meter=None)
     assert data["step_max_rps"] == 200

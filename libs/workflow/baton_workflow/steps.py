@@ -58,6 +58,19 @@ def record_step(episode: responses_pb2.Episode, step: int, worker: str, attempt:
         record.error.CopyFrom(error)
 
 
+def step_failure(step: int, worker: str, error: common_pb2.Error) -> common_pb2.Error:
+    """The request's error when a step failed for good (no fallback left)."""
+    return common_pb2.Error(code="step_failed", message=f"step {step + 1} ({worker}) failed: {error.message}")
+
+
+def copy_answer_fields(into: responses_pb2.Response | workflow_pb2.StepCompleted,
+                       final: workflow_pb2.StepCompleted) -> None:
+    """What the answering step returned beside its text: tool calls, finish reason, log-probs."""
+    into.tool_calls.extend(final.tool_calls)
+    into.finish_reason = final.finish_reason
+    into.logprobs.extend(final.logprobs)
+
+
 def one_step_response(planned: workflow_pb2.WorkflowPlanned, result: workflow_pb2.WorkflowEvent,
                       now_ms: int) -> responses_pb2.Response:
     """The client's final response for a one-step workflow, from its only step's result: what the
@@ -70,14 +83,11 @@ def one_step_response(planned: workflow_pb2.WorkflowPlanned, result: workflow_pb
         done = result.step_completed
         record_step(episode, 0, done.worker or step.worker, done.attempt, step.instruction, completed=done)
         response.answer = done.output
-        response.tool_calls.extend(done.tool_calls)
-        response.finish_reason = done.finish_reason
-        response.logprobs.extend(done.logprobs)
+        copy_answer_fields(response, done)
     else:
         failed = result.step_failed
         worker = failed.worker or step.worker
         record_step(episode, 0, worker, failed.attempt, step.instruction, error=failed.error)
-        response.error.CopyFrom(common_pb2.Error(code="step_failed",
-                                                 message=f"step 1 ({worker}) failed: {failed.error.message}"))
+        response.error.CopyFrom(step_failure(0, worker, failed.error))
     response.episode.CopyFrom(episode)
     return response

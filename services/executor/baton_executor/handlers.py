@@ -62,8 +62,10 @@ class RecentIds:
 
 class TaskConsumer:
     def __init__(self, service: Service, provider: str, runner: StepRunner, limits: dict[str, WorkerLimits],
-                 metrics: ExecutorMetrics, drain_timeout_s: float) -> None:
+                 metrics: ExecutorMetrics, drain_timeout_s: float, direct_steps: bool = False) -> None:
         self.service = service
+        # router.direct_single_step: some tasks here answer the client, and recovery reads those answers back.
+        self.direct_steps = direct_steps
         self.drain_timeout_s = drain_timeout_s
         self.provider = provider
         self.topic = topics.tasks_topic(provider)
@@ -274,11 +276,12 @@ class TaskConsumer:
         return oldest
 
     async def _published_since(self, probe, since_ms: int) -> set[str]:
-        """Tasks whose results were published since `since_ms`: steps completed on baton.workflow, and
-        the steps of final responses on baton.responses (one-step workflows answered from here)."""
+        """Tasks whose results were published since `since_ms`: steps completed on baton.workflow, and,
+        with direct steps, the steps of final responses on baton.responses (one-step workflows answered
+        from here). Without them that busier topic is not read."""
         options = client_options(self.service.kafka)
-        parts = [TopicPartition(topic, p) for topic in (topics.WORKFLOW, topics.RESPONSES)
-                 for p in await partition_ids(options, topic)]
+        read = (topics.WORKFLOW, topics.RESPONSES) if self.direct_steps else (topics.WORKFLOW,)
+        parts = [TopicPartition(topic, p) for topic in read for p in await partition_ids(options, topic)]
         found: set[str] = set()
         async for r in read_since(probe, parts, since_ms):  # bounded by the caller's timeout
             with contextlib.suppress(Exception):

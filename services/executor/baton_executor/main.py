@@ -31,7 +31,8 @@ def create_app(config: BatonConfig, provider: str, tracer_provider: TracerProvid
     metrics = ExecutorMetrics(service.registry, provider)
     runner = StepRunner(workers, configs, limits, service.tracer_provider.get_tracer("baton.executor"), metrics,
                         config.executor.max_attempts)
-    consumer = TaskConsumer(service, provider, runner, limits, metrics, config.executor.drain_timeout_s)
+    consumer = TaskConsumer(service, provider, runner, limits, metrics, config.executor.drain_timeout_s,
+                            direct_steps=config.router.direct_single_step)
 
     async def close() -> None:
         await consumer.exchange.stop()

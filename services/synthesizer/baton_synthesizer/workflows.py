@@ -30,7 +30,7 @@ from baton.v1 import common_pb2, feedback_pb2, requests_pb2, responses_pb2, task
 from baton_platform.config import JudgeConfig, SynthesizerConfig, WorkerConfig
 from baton_synthesizer.judge import best, judge_messages, parse_scores
 from baton_workflow import CONDUCTOR, Plan, from_proto, query_text, readable_steps, ready_steps, turn
-from baton_workflow.steps import answer_options, record_step, step_task
+from baton_workflow.steps import answer_options, copy_answer_fields, record_step, step_failure, step_task
 
 
 @dataclass(frozen=True)
@@ -222,8 +222,7 @@ class Workflows:
             if fallback and fallback != run.workers[step] and run.attempts[step] < 2:
                 del run.errors[step]
                 return [self._dispatch(run, step, fallback, run.attempts[step] + 1)] + self._decide(run)
-            failure = common_pb2.Error(code="step_failed",
-                                       message=f"step {step + 1} ({run.workers[step]}) failed: {error.message}")
+            failure = step_failure(step, run.workers[step], error)
             if self._judges(run):
                 run.own_error = failure
                 return self._judge(run, None)
@@ -384,9 +383,7 @@ class Workflows:
                 judgement.request_ids[judgement.chosen] == run.request.request_id
             final = run.done.get(run.plan.steps - 1)
             if own and final is not None:
-                response.tool_calls.extend(final.tool_calls)
-                response.finish_reason = final.finish_reason
-                response.logprobs.extend(final.logprobs)
+                copy_answer_fields(response, final)
         report = None
         if self._reports_to_group(run):
             report = workflow_pb2.WorkflowEvent(request_id=run.request.group_id, candidate_finished=workflow_pb2.CandidateFinished(
@@ -406,9 +403,7 @@ class Workflows:
                 output=answer or "", usage=episode.total, latency_ms=episode.latency_ms,
                 model=run.plan_proto.policy_version or run.plan_proto.backend, inner_plan=run.plan_proto))
             if (final := run.done.get(run.plan.steps - 1)) is not None:
-                event.step_completed.tool_calls.extend(final.tool_calls)
-                event.step_completed.finish_reason = final.finish_reason
-                event.step_completed.logprobs.extend(final.logprobs)
+                copy_answer_fields(event.step_completed, final)
         else:
             event.step_failed.CopyFrom(workflow_pb2.StepFailed(
                 task_id=parent.task_id, step=parent.step, attempt=parent.attempt, worker=CONDUCTOR,
