@@ -51,6 +51,31 @@ async def test_an_unparseable_plan_keeps_its_log_probs_in_the_fallback(write_con
     assert list(result.plan.token_logprobs) == [-2.0] and result.plan.policy_version == "v3"
 
 
+async def test_a_plan_that_copies_the_prompts_example_is_refused_while_the_prompt_shows_it(write_config):
+    from baton_conductor.prompt import EXAMPLE_SUBTASKS
+    from baton_router.conductor import Proposal
+    from baton_router.planning import COPIED_EXAMPLE, Planner
+    from baton_workflow import Plan
+
+    class Copier:
+        name = "copier"
+
+        async def propose(self, request):
+            return Proposal(plan=Plan(workers=["gemini-flash", "gemini-pro"], subtasks=list(EXAMPLE_SUBTASKS[:2]),
+                                      access=[[], [0]]), token_logprobs=[-0.5])
+
+    config = load_config(write_config())
+    assert config.conductor.prompt_example
+    result = await Planner(*pool(config), Copier()).plan(requests_pb2.ChatRequest(request_id="x"))
+    assert not result.valid and result.plan.fallback and COPIED_EXAMPLE in result.plan.invalid_reason
+    assert [s.worker for s in result.plan.steps] == ["gemini-pro"] and list(result.plan.token_logprobs) == [-0.5]
+    # Without the example in the prompt the same words are the conductor's own, and run.
+    shown, hidden = pool(config)
+    hidden_config = shown.model_copy(update={"prompt_example": False})
+    result = await Planner(hidden_config, hidden, Copier()).plan(requests_pb2.ChatRequest(request_id="y"))
+    assert result.valid and [s.worker for s in result.plan.steps] == ["gemini-flash", "gemini-pro"]
+
+
 def inner_request(depth: int = 1) -> requests_pb2.ChatRequest:
     return requests_pb2.ChatRequest(
         request_id="p:1:1", messages=[common_pb2.ChatMessage(role="user", content="2+2?")],

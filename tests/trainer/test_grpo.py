@@ -385,7 +385,7 @@ def table_with_the_adapter(tmp_path, cfg_path, base_dir, adapter) -> None:
     assert table["static plan"]["accuracy"] == pytest.approx(pro, abs=1e-4)  # its last step is gemini-pro
     for name in ("LLM conductor, untrained", "LLM conductor, GRPO grpo"):
         row = table[name]
-        assert 0 <= row["accuracy"] <= row["accuracy_crediting_copies"] <= 1
+        assert 0 <= row["own_accuracy"] <= row["accuracy"] <= 1
         assert row["valid_share"] == 1.0  # the router's grammar: every plan parses and passes its rules
         assert row["calls_per_query"] >= 1
     assert {p.name for p in report.iterdir()} == {"result.json", "table.md", "cost_quality.png"}

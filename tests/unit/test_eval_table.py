@@ -72,7 +72,7 @@ class Scripted:
         return answer
 
 
-def test_llm_plans_follow_the_routers_rules_and_copies_of_the_example_are_wrong(config, pool):
+def test_llm_plans_follow_the_routers_rules_and_copies_of_the_example_are_refused(config, pool):
     pool = pool.subset(range(4))
     right = int(np.flatnonzero(pool.scores[:, 0] == 1)[0])
 
@@ -89,10 +89,12 @@ def test_llm_plans_follow_the_routers_rules_and_copies_of_the_example_are_wrong(
         return [await planner.plan(requests_pb2.ChatRequest(request_id=f"r{i}", messages=[
             common_pb2.ChatMessage(role="user", content=q)])) for i, q in enumerate(pool.prompts)]
 
-    row = llm_row(pool, asyncio.run(plan_all()))
-    assert row["valid_share"] == 0.5 and row["copied_example"] == 0.25
-    # The safe plan (gemini-pro) answers the invalid ones; the copy is wrong though gemini-pro was right.
-    credited = pool.scores[:, 0].mean()
-    assert row["accuracy_crediting_copies"] == pytest.approx(credited, abs=1e-4)
-    assert row["accuracy"] == pytest.approx(credited - 0.25, abs=1e-4)
-    assert row["calls_per_query"] == 1.25
+    results = asyncio.run(plan_all())
+    assert "copies the prompt's worked example" in results[right].plan.invalid_reason
+    row = llm_row(pool, results)
+    assert row["valid_share"] == 0.25 and row["copied_example"] == 0.25
+    # As served, the safe plan (gemini-pro) answers the invalid ones, the copy among them; the
+    # conductor's own plans score only the one valid plan.
+    assert row["accuracy"] == pytest.approx(pool.scores[:, 0].mean(), abs=1e-4)
+    assert row["own_accuracy"] == pytest.approx(pool.scores[(right + 3) % 4, 0] / 4, abs=1e-4)
+    assert row["calls_per_query"] == 1.0

@@ -7,12 +7,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from baton.v1 import requests_pb2, workflow_pb2
+from baton_conductor import copies_example
 from baton_platform.config import ConductorConfig, WorkerConfig
 from baton_router.conductor import ConductorBackend, ConductorOutputError
 from baton_router.conductor.base import KEEP
 from baton_workflow import CONDUCTOR, Plan, plan_problems, to_proto
 
 log = logging.getLogger(__name__)
+
+# Why a plan that copied the prompt's worked example is refused; the eval table counts copies by it.
+COPIED_EXAMPLE = "the plan copies the prompt's worked example instead of planning for the question"
 
 
 @dataclass(frozen=True)
@@ -26,13 +30,18 @@ class Planner:
 
     A plan may name the conductor while the request is shallower than `conductor.max_depth`. An inner
     call may answer with no steps (keep the answer so far); when its plan is invalid, the answer is
-    kept too, rather than running the safe plan over a workflow that already has an answer."""
+    kept too, rather than running the safe plan over a workflow that already has an answer.
+
+    While the prompt shows its worked example, a plan that copies it is refused like any invalid plan:
+    its workers would be told to do the example's arithmetic, which answers no user's question (small
+    conductors do this; SmolLM2-135M untrained in most plans)."""
 
     def __init__(self, conductor: ConductorConfig, workers: Sequence[WorkerConfig], backend: ConductorBackend) -> None:
         self._backend = backend
         self._workers = [w.name for w in workers]
         self._max_steps = conductor.max_steps
         self._max_depth = conductor.max_depth
+        self._example_shown = conductor.prompt_example
         safe = conductor.safe_plan(workers)
         self._safe = Plan(workers=safe.workers, subtasks=safe.subtasks, access=safe.access)
 
@@ -55,6 +64,8 @@ class Planner:
         problems = plan_problems(proposal.plan, [*self._workers, CONDUCTOR], self._max_steps, allow_empty=inner)
         if CONDUCTOR in proposal.plan.workers and depth >= self._max_depth:
             problems.append(f"the conductor may call itself at most {self._max_depth} level(s) deep")
+        if self._example_shown and copies_example(proposal.plan.subtasks):
+            problems.append(COPIED_EXAMPLE)
         if problems:
             return self._fallback("; ".join(problems), proposal.policy_version, proposal.token_logprobs,
                                   proposal.propensity, proposal.log_propensity, inner=inner)

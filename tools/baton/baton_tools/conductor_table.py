@@ -15,10 +15,11 @@ them (`pool_matrix`: one column per worker, each call priced in USD with the wor
   replaced by `conductor.fallback_plan`, as the router does, and counted as invalid.
 
 A plan is scored as replay scores it: its answer is its last worker's recorded answer, it costs the sum
-of its steps' recorded costs, and every step is a call. `copied_example` is the share of plans that
-copied the prompt's worked example (`baton_conductor.copies_example`): their workers would be told to
-work on the example's arithmetic, so their answers count as wrong (`accuracy_crediting_copies` gives
-them their last worker's recorded answer instead).
+of its steps' recorded costs, and every step is a call. For the LLM rows, `accuracy` is what the router
+serves (an invalid plan answered by the fallback plan) and `own_accuracy` the conductor's own: an
+invalid plan scores 0, as the GRPO reward scores it. `copied_example` is the share of plans the router
+refused for copying the prompt's worked example (`baton_router.planning.COPIED_EXAMPLE`): their workers
+would have been told to work on the example's arithmetic.
 """
 
 from __future__ import annotations
@@ -35,11 +36,10 @@ from pathlib import Path
 import numpy as np
 
 from baton.v1 import common_pb2, requests_pb2
-from baton_conductor import copies_example
 from baton_platform.config import BatonConfig, ConfigError, load_config
 from baton_router.conductor import build_backend
 from baton_router.conductor.common import ConductorUnavailable
-from baton_router.planning import Planner, PlanResult
+from baton_router.planning import COPIED_EXAMPLE, Planner, PlanResult
 from baton_workflow import CONDUCTOR
 
 
@@ -102,13 +102,10 @@ async def write_plans(config: BatonConfig, questions: Sequence[str]) -> tuple[li
 def llm_row(pool, results: Sequence[PlanResult]) -> dict:
     plans = [[s.worker for s in r.plan.steps] for r in results]
     valid = [r.valid for r in results]
-    # A copied plan tells its workers to work on the example's arithmetic: its answer is counted wrong,
-    # whatever its last worker recorded on the question (as the GRPO reward counts it invalid).
-    copied = [r.valid and copies_example([s.instruction for s in r.plan.steps]) for r in results]
+    copied = [COPIED_EXAMPLE in r.plan.invalid_reason for r in results]
     n = len(results)
-    return {**score_plans(pool, plans, wrong=copied), "valid_share": _r(sum(valid) / n, 3),
-            "copied_example": _r(sum(copied) / n, 3),
-            "accuracy_crediting_copies": score_plans(pool, plans)["accuracy"], "plans": _shares(plans)}
+    return {**score_plans(pool, plans), "own_accuracy": score_plans(pool, plans, wrong=[not v for v in valid])["accuracy"],
+            "valid_share": _r(sum(valid) / n, 3), "copied_example": _r(sum(copied) / n, 3), "plans": _shares(plans)}
 
 
 def run_table(config: BatonConfig, train_path: Path, test_path: Path, *, rows: int, cost_weight: float,
@@ -150,13 +147,15 @@ def run_table(config: BatonConfig, train_path: Path, test_path: Path, *, rows: i
 def markdown(result: dict) -> str:
     lines = [f"{result['rows']} held-out rows of {result['test']}; pool {', '.join(result['pool'])}; "
              f"cost in {result['cost_source']}.", "",
-             "| router | accuracy | cost per query (USD) | calls per query | valid plans | copied example |",
-             "|---|---:|---:|---:|---:|---:|"]
+             "| router | accuracy | its own plans' accuracy | cost per query (USD) | calls per query "
+             "| valid plans | copied example |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
     for name, row in result["table"].items():
         valid = f"{row['valid_share']:.1%}" if "valid_share" in row else ""
         copied = f"{row['copied_example']:.1%}" if "copied_example" in row else ""
-        lines.append(f"| {name} | {row['accuracy']:.4f} | {row['avg_cost']:.6f} | {row['calls_per_query']:.2f} "
-                     f"| {valid} | {copied} |")
+        own = f"{row['own_accuracy']:.4f}" if "own_accuracy" in row else ""
+        lines.append(f"| {name} | {row['accuracy']:.4f} | {own} | {row['avg_cost']:.6f} "
+                     f"| {row['calls_per_query']:.2f} | {valid} | {copied} |")
     return "\n".join(lines) + "\n"
 
 
