@@ -303,6 +303,7 @@ def test_grpo_cli_trains_a_lora_adapter_that_loads_and_prefers_the_right_worker(
         assert reward.judge(text, data.prompts.rows[0]["query_key"]).reason == "known", text
         assert math.isfinite(float(tuned(**ids).logits.float().abs().max()))
         serve_the_adapter(config, base_dir, adapter, base, tuned, ids)
+        resume_the_adapter(tmp_path, episodes_dir, cfg_path, base_dir, adapter)
         table_with_the_adapter(tmp_path, cfg_path, base_dir, adapter)
 
         # Sampled under the router's grammar (the default), every sample is a plan the router would run.
@@ -317,6 +318,41 @@ def test_grpo_cli_trains_a_lora_adapter_that_loads_and_prefers_the_right_worker(
         assert (manifest["steps"], manifest["step_limit"]) == (1, 50)
     finally:
         torch.set_num_threads(threads)
+
+
+def resume_the_adapter(tmp_path, episodes_dir, cfg_path, base_dir, adapter) -> None:
+    """`--resume` goes on from the saved adapter's weights, and its manifest adds up both runs' steps and
+    seconds; an adapter trained on another pool order is refused."""
+    import torch
+    from safetensors.torch import load_file
+
+    from baton_trainer.__main__ import main
+
+    def resume(source, out, learning_rate: str) -> int:
+        return main(["grpo", "--episodes", str(episodes_dir), "--config", str(cfg_path), "--model", str(base_dir),
+                     "--out", str(out), "--steps", "1", "--num-generations", "4", "--learning-rate", learning_rate,
+                     "--max-completion-length", "6", "--constraint", "none", "--seed", "1", "--cpu", "--quiet",
+                     "--resume", str(source)])
+
+    first = json.loads((adapter / "baton_grpo.json").read_text())
+    # With a zero learning rate the step moves nothing, so the saved weights are the resumed ones (a fresh
+    # adapter starts with random A matrices and zero B matrices).
+    assert resume(adapter, tmp_path / "resumed", "0") == 0
+    saved, resumed = load_file(adapter / "adapter_model.safetensors"), load_file(
+        tmp_path / "resumed" / "adapter" / "adapter_model.safetensors")
+    assert saved.keys() == resumed.keys() and any(t.abs().max() > 0 for k, t in saved.items() if "lora_B" in k)
+    assert all(torch.equal(saved[k], resumed[k]) for k in saved)
+    manifest = json.loads((tmp_path / "resumed" / "adapter" / "baton_grpo.json").read_text())
+    assert manifest["steps"] == first["steps"] + 1 and manifest["resumed_from"] == str(adapter)
+    assert manifest["train_seconds"] > first["train_seconds"]
+
+    other = tmp_path / "other-pool"
+    other.mkdir()
+    for f in adapter.iterdir():
+        (other / f.name).write_bytes(f.read_bytes())
+    (other / "baton_grpo.json").write_text(json.dumps({**first, "worker_names": list(reversed(NAMES))}))
+    assert resume(other, tmp_path / "refused", "0") == 2
+    assert not (tmp_path / "refused" / "adapter").exists()
 
 
 def serve_the_adapter(config, base_dir, adapter, base, tuned, ids) -> None:

@@ -98,6 +98,18 @@ def _time_limit(deadline: float):
     return TimeLimit()
 
 
+def _resumed(adapter_dir: str | Path, worker_names: list[str]) -> dict:
+    """The manifest of an adapter to go on training; refused when its model numbers mean other workers."""
+    try:
+        manifest = json.loads((Path(adapter_dir) / ADAPTER_MANIFEST).read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{adapter_dir} is not an adapter saved by this trainer: {exc}") from exc
+    if manifest.get("worker_names") != list(worker_names):
+        raise ValueError(f"{adapter_dir} was trained on the pool {manifest.get('worker_names')}, "
+                         f"not {list(worker_names)}: its model numbers would mean other workers")
+    return manifest
+
+
 def train_grpo(
     model_path_or_model,
     tokenizer,
@@ -124,6 +136,7 @@ def train_grpo(
     logging_steps: int = 1,
     progress: bool = True,
     grpo_args: dict | None = None,
+    resume: str | Path | None = None,
 ) -> Path:
     """Train a LoRA adapter on the conductor with GRPO; return the adapter's directory.
 
@@ -133,6 +146,9 @@ def train_grpo(
     `prompts_per_step` prompts x `num_generations` samples. `use_cpu` defaults to "no GPU visible".
     `grpo_args` passes further `GRPOConfig` fields through (they win over the ones set here).
     `time_limit_s` ends training after the first step that ends past it (the adapter is saved as usual).
+    `resume` is the directory of an adapter this function saved before: training goes on from its
+    weights (its own rank and targets win over `lora_r`), and the manifest counts the steps and seconds
+    of both runs, so a budget ("an hour of training") covers the whole history of the adapter.
 
     The adapter (adapter_config.json + weights) goes to `<output_dir>/adapter`, with `baton_grpo.json`
     beside it recording the pool order, the reward settings and the training summary.
@@ -153,6 +169,11 @@ def train_grpo(
     if constraint not in ("grammar", "none"):
         raise ValueError(f"constraint must be 'grammar' or 'none', got {constraint!r}")
     model, tokenizer = _load_model(model_path_or_model, tokenizer, use_cpu)
+    before = _resumed(resume, dataset.worker_names) if resume else {}
+    if resume:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, str(resume), is_trainable=True)
     if constraint == "grammar":
         _sample_under_the_grammar(model, tokenizer, dataset.bounds, max_completion_length)
     reward = PlanOutcomeReward(outcomes, dataset.worker_names, dataset.bounds, cost_weight=cost_weight,
@@ -187,7 +208,7 @@ def train_grpo(
                       task_type="CAUSAL_LM")
     started = time.monotonic()
     trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=config, train_dataset=dataset.to_dataset(),
-                          processing_class=tokenizer, peft_config=lora,
+                          processing_class=tokenizer, peft_config=None if resume else lora,
                           callbacks=[_time_limit(started + time_limit_s)] if time_limit_s else None)
     result = trainer.train()
     seconds = time.monotonic() - started
@@ -201,8 +222,9 @@ def train_grpo(
         "max_steps": dataset.bounds.max_steps,
         "max_subtask_chars": dataset.bounds.max_subtask_chars,
         "prompts": len(dataset),
-        "steps": trainer.state.global_step,
+        "steps": trainer.state.global_step + before.get("steps", 0),
         "step_limit": steps,
+        "resumed_from": str(resume) if resume else None,
         "num_generations": num_generations,
         "prompts_per_step": prompts_per_step,
         "learning_rate": learning_rate,
@@ -210,7 +232,7 @@ def train_grpo(
         "constraint": constraint,
         "cost_weight": cost_weight,
         "unknown_reward": unknown_reward,
-        "train_seconds": round(seconds, 2),
+        "train_seconds": round(seconds + before.get("train_seconds", 0.0), 2),
         "train_loss": result.training_loss,
         "reward_first": history[0]["reward"] if history else None,
         "reward_last": history[-1]["reward"] if history else None,
@@ -256,6 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--time-limit", type=float, default=None, metavar="MINUTES",
                    help="stop after the step that ends past this many minutes of training, and save the adapter")
+    p.add_argument("--resume", metavar="ADAPTER_DIR",
+                   help="go on training an adapter saved by this command (its steps and time are added up)")
     p.add_argument("--cpu", action="store_true", help="train on the CPU even when a GPU is visible")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
@@ -281,16 +305,24 @@ def main(argv: list[str] | None = None) -> int:
     if not args.quiet:
         print(f"[grpo] {len(data.prompts)} prompts, outcomes on {len(data.outcomes)} queries, "
               f"pool {data.prompts.worker_names}", file=sys.stderr, flush=True)
-    adapter = train_grpo(
+    try:
+        adapter = _train_from_args(args, data)
+    except ValueError as exc:
+        print(json.dumps({"error": str(exc)}))
+        return 2
+    print(json.dumps({"adapter_dir": str(adapter), **json.loads((adapter / ADAPTER_MANIFEST).read_text())}))
+    return 0
+
+
+def _train_from_args(args: argparse.Namespace, data) -> Path:
+    return train_grpo(
         args.model, None, data.prompts, data.outcomes, output_dir=args.out, steps=args.steps,
         num_generations=args.num_generations, prompts_per_step=args.prompts_per_step,
         learning_rate=args.learning_rate, lora_r=args.lora_r, max_completion_length=args.max_completion_length,
         temperature=args.temperature, constraint=args.constraint, cost_weight=args.cost_weight, unknown_reward=args.unknown_reward,
         seed=args.seed, time_limit_s=args.time_limit * 60 if args.time_limit else None,
-        use_cpu=True if args.cpu else None, progress=not args.quiet,
+        use_cpu=True if args.cpu else None, progress=not args.quiet, resume=args.resume,
     )
-    print(json.dumps({"adapter_dir": str(adapter), **json.loads((adapter / ADAPTER_MANIFEST).read_text())}))
-    return 0
 
 
 if __name__ == "__main__":
