@@ -66,9 +66,6 @@ def test_the_router_plans_on_vllm_and_serves_published_lora_versions(kafka_boots
     data = default_config_data()
     # Instructions of at most 40 characters: the longest plan the schema allows fits in max_tokens.
     data["conductor"] = {"backend": "vllm", "max_steps": 3, "max_subtask_chars": 40, "plan": data["conductor"]["plan"],
-                         # Versions are told apart by their plans: with the worked example shown, a plan
-                         # that copies it is refused for the same safe plan whichever version wrote it.
-                         "prompt_example": False,
                          # Greedy, so that a version's effect on the plans shows.
                          "vllm": {"constraint": "json_schema", "temperature": 0.0, "max_tokens": 192,
                                   "max_model_len": 2048, "max_loras": 2, "max_lora_rank": MAX_RANK}}
