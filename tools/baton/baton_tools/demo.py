@@ -59,8 +59,7 @@ def describe(info: dict) -> list[str]:
     """The workflow behind one answer (the gateway's `baton` field): the plan, then each step as it ran,
     with the inner plan of a conductor step (none: it kept the answer)."""
     plan = info["plan"]
-    refused = f" (refused, {plan.get('invalid_reason') or 'invalid'}: safe plan used)" if plan["fallback"] else ""
-    lines = [f"    plan by the {plan['backend']} conductor{refused}:"]
+    lines = [f"    plan by the {plan['backend']} conductor{' (invalid: safe plan used)' if plan['fallback'] else ''}:"]
     lines += _plan_lines(plan, "      ")
     for s in info["steps"]:
         lines.append(f"    step {s['step'] + 1}: {s['worker']:<14} {s['model']:<30} tokens {s['input_tokens']:>4} in / "
