@@ -70,9 +70,9 @@ async def test_a_plan_that_copies_the_prompts_example_is_refused_while_the_promp
     assert not result.valid and result.plan.fallback and COPIED_EXAMPLE in result.plan.invalid_reason
     assert [s.worker for s in result.plan.steps] == ["gemini-pro"] and list(result.plan.token_logprobs) == [-0.5]
     # Without the example in the prompt the same words are the conductor's own, and run.
-    shown, hidden = pool(config)
-    hidden_config = shown.model_copy(update={"prompt_example": False})
-    result = await Planner(hidden_config, hidden, Copier()).plan(requests_pb2.ChatRequest(request_id="y"))
+    conductor, workers = pool(config)
+    without_example = conductor.model_copy(update={"prompt_example": False})
+    result = await Planner(without_example, workers, Copier()).plan(requests_pb2.ChatRequest(request_id="y"))
     assert result.valid and [s.worker for s in result.plan.steps] == ["gemini-flash", "gemini-pro"]
 
 

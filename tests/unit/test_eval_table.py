@@ -15,7 +15,7 @@ from baton_conductor.prompt import EXAMPLE_SUBTASKS
 from baton_platform.config import BatonConfig
 from baton_policy.matrix import load_matrix
 from baton_router.conductor.base import Proposal
-from baton_router.planning import Planner
+from baton_router.planning import COPIED_EXAMPLE, Planner
 from baton_tools.conductor_table import llm_row, score_plans
 from baton_trainer.grpo_data import outcomes_from_matrix, pool_matrix, query_key
 from baton_workflow import Plan
@@ -90,7 +90,7 @@ def test_llm_plans_follow_the_routers_rules_and_copies_of_the_example_are_refuse
             common_pb2.ChatMessage(role="user", content=q)])) for i, q in enumerate(pool.prompts)]
 
     results = asyncio.run(plan_all())
-    assert "copies the prompt's worked example" in results[right].plan.invalid_reason
+    assert COPIED_EXAMPLE in results[right].plan.invalid_reason
     row = llm_row(pool, results)
     assert row["valid_share"] == 0.25 and row["copied_example"] == 0.25
     # As served, the safe plan (gemini-pro) answers the invalid ones, the copy among them; the

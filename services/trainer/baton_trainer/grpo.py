@@ -299,23 +299,15 @@ def main(argv: list[str] | None = None) -> int:
         data = load_training_data(config, episodes=args.episodes, matrix=matrix,
                                   intermediate=not args.final_step_only, spread_only=args.spread_only,
                                   limit=args.limit)
+        if args.resume:
+            _resumed(args.resume, data.prompts.worker_names)
     except (OSError, ValueError, ConfigError) as exc:
         print(json.dumps({"error": str(exc)}))
         return 2
     if not args.quiet:
         print(f"[grpo] {len(data.prompts)} prompts, outcomes on {len(data.outcomes)} queries, "
               f"pool {data.prompts.worker_names}", file=sys.stderr, flush=True)
-    try:
-        adapter = _train_from_args(args, data)
-    except ValueError as exc:
-        print(json.dumps({"error": str(exc)}))
-        return 2
-    print(json.dumps({"adapter_dir": str(adapter), **json.loads((adapter / ADAPTER_MANIFEST).read_text())}))
-    return 0
-
-
-def _train_from_args(args: argparse.Namespace, data) -> Path:
-    return train_grpo(
+    adapter = train_grpo(
         args.model, None, data.prompts, data.outcomes, output_dir=args.out, steps=args.steps,
         num_generations=args.num_generations, prompts_per_step=args.prompts_per_step,
         learning_rate=args.learning_rate, lora_r=args.lora_r, max_completion_length=args.max_completion_length,
@@ -323,6 +315,8 @@ def _train_from_args(args: argparse.Namespace, data) -> Path:
         seed=args.seed, time_limit_s=args.time_limit * 60 if args.time_limit else None,
         use_cpu=True if args.cpu else None, progress=not args.quiet, resume=args.resume,
     )
+    print(json.dumps({"adapter_dir": str(adapter), **json.loads((adapter / ADAPTER_MANIFEST).read_text())}))
+    return 0
 
 
 if __name__ == "__main__":
