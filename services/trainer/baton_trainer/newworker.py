@@ -2,7 +2,9 @@
 
 NAME's column is hidden from training: the policy is fitted on the other workers only. The test
 rows then arrive one at a time, as a stream (in a seeded shuffled order by default: outcome files
-are often grouped by subject, and traffic is not). The policy meets NAME knowing only its price
+are often grouped by subject, and traffic is not). ``seed`` seeds the policies' fitting and
+``stream_seed`` (``seed`` unless given) the stream's order and the choices' draws, so one fitted
+reference can be replayed in many orders. The policy meets NAME knowing only its price
 (its mean cost on TRAIN, as a price sheet would give it), explores it, learns from the rewards of
 the rows it sent there (:mod:`baton_policy.newcomers`) and routes the rest. Two references run on
 the same rows in the same order: the policy trained with NAME from the start, and the policy that
@@ -68,8 +70,8 @@ class _Joined:
 
 
 def run_new_worker(train: OutcomeMatrix, test: OutcomeMatrix, name: str, *, cost_weight: float = 0.0,
-                   share: float = 0.1, seed: int = 0, order: str = "shuffled", folds: int = 5,
-                   singles_only: bool = False, log=None) -> tuple[dict, dict]:
+                   share: float = 0.1, seed: int = 0, stream_seed: int | None = None, order: str = "shuffled",
+                   folds: int = 5, singles_only: bool = False, log=None) -> tuple[dict, dict]:
     """The JSON figures, and the per-row series behind the plot."""
     log = log or (lambda msg: None)
     if name not in train.models:
@@ -102,7 +104,8 @@ def run_new_worker(train: OutcomeMatrix, test: OutcomeMatrix, name: str, *, cost
     values = absent.values([], None, cost_weight, quality=quality)
 
     n = len(test)
-    rng = np.random.default_rng(seed)
+    stream_seed = seed if stream_seed is None else stream_seed
+    rng = np.random.default_rng(stream_seed)
     stream = rng.permutation(n) if order == "shuffled" else np.arange(n)
     scores, costs, calls = np.zeros(n), np.zeros(n), np.zeros(n)
     chose = np.full(n, -1)  # index into `actions`, -1: the policy's own choice
@@ -135,6 +138,8 @@ def run_new_worker(train: OutcomeMatrix, test: OutcomeMatrix, name: str, *, cost
         "cost_weight": cost_weight,
         "exploration_share": share,
         "stream_order": order,
+        "seed": seed,
+        "stream_seed": stream_seed,
         "n_train": len(train),
         "n_test": n,
         "price_used": _r(price, 6),
@@ -150,7 +155,7 @@ def run_new_worker(train: OutcomeMatrix, test: OutcomeMatrix, name: str, *, cost
         "regret_vs_trained_with": {"total": _r(regret[-1]), "per_query": _r(regret[-1] / n),
                                    "last_half_per_query": _r((regret[-1] - regret[half - 1]) / (n - half))},
     }
-    series = {"online": scores, "with": with_s[0], "absent": absent_s[0], "chose_new": chose >= 0, "regret": regret}
+    series = {"online": scores, "with": with_s[0], "absent": absent_s[0], "chose": chose, "regret": regret}
     return result, series
 
 
@@ -169,7 +174,8 @@ def plot_new_worker(result: dict, series: dict, path: str | Path) -> str:
         return np.convolve(np.asarray(s, dtype=float), kernel, mode="valid")
 
     xs = x[width - 1:]
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7), dpi=120, sharex=True)
+    fig, (top, middle, bottom) = plt.subplots(3, 1, figsize=(8, 9), dpi=120, sharex=True,
+                                              gridspec_kw={"height_ratios": [3, 2, 2]})
     top.plot(xs, rolling(series["online"]), label="online (meets it in the stream)", color="tab:blue")
     top.plot(xs, rolling(series["with"]), label="trained with it from the start", color="tab:green", alpha=0.8)
     top.plot(xs, rolling(series["absent"]), label="never sees it", color="tab:gray", alpha=0.8)
@@ -177,12 +183,28 @@ def plot_new_worker(result: dict, series: dict, path: str | Path) -> str:
     top.set_title(f"New worker {result['new_worker']} (W={result['cost_weight']})")
     top.legend(fontsize=8, loc="lower right")
     top.grid(alpha=0.3)
-    bottom.plot(xs, rolling(series["chose_new"]), color="tab:orange", label="share sent to the new worker")
+    # The running gap in points since the stream began: what the last-half and whole-stream
+    # figures summarise, without the rolling window's noise.
+    online = np.cumsum(series["online"])
+    middle.plot(x, 100 * (online - np.cumsum(series["with"])) / x, color="tab:green",
+                label="online minus trained with it")
+    middle.plot(x, 100 * (online - np.cumsum(series["absent"])) / x, color="tab:gray",
+                label="online minus never sees it")
+    middle.axhline(0, color="black", lw=0.8)
+    middle.set_ylabel("accuracy gap so far (points)")
+    middle.set_ylim(-6, 10)
+    middle.grid(alpha=0.3)
+    middle.legend(fontsize=8, loc="upper right")
+    chose = np.asarray(series["chose"])
+    colours = ["tab:blue", "tab:purple", "tab:red", "tab:brown"]
+    for k, action in enumerate(result["actions"]):
+        bottom.plot(xs, rolling(chose == k), color=colours[k % len(colours)], label=f"share sent to {action}")
+    bottom.plot(xs, rolling(chose >= 0), color="black", ls="--", lw=1, label="share with the new worker, in all")
     bottom.set_xlabel("queries in the stream")
     bottom.set_ylabel("share")
-    bottom.set_ylim(0, 1)
+    bottom.set_ylim(-0.02, 1.05)
     bottom.grid(alpha=0.3)
-    bottom.legend(fontsize=8, loc="lower right")
+    bottom.legend(fontsize=7, loc="center right")
     fig.tight_layout()
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)

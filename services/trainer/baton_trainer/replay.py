@@ -6,6 +6,7 @@ CLI (the ``baton eval replay`` subcommand; ``argv`` excludes "eval replay")::
     [--unit-cost MODEL=COST ...] [--save-policy DIR] [--folds 5] [--seed 0]
     [--singles-only] [--panel-reliability] [--quality-target 0.95] [--strong-model M]
     [--embedding NAME]
+    [--new-worker NAME [--new-worker-share 0.1] [--stream-order shuffled|file] [--stream-seed S]]
 
 Prints one JSON object. The policy is trained on TRAIN only; every figure is measured on TEST.
 Baselines: ``best_single`` is the single model with the highest TEST accuracy (the strictest
@@ -339,7 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "test stream with only its price, explored and learned online (see baton_trainer.newworker)")
     p.add_argument("--new-worker-share", type=float, default=0.1, help="exploration share for --new-worker")
     p.add_argument("--stream-order", choices=["shuffled", "file"], default="shuffled",
-                   help="order of the test stream for --new-worker (shuffled with --seed, or the file's)")
+                   help="order of the test stream for --new-worker (shuffled with --stream-seed, or the file's)")
+    p.add_argument("--stream-seed", type=int, help="seed of the --new-worker stream's order and draws (default: --seed, "
+                   "which seeds the fitting); vary it alone to replay one fitted reference in other orders")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     return p
 
@@ -385,7 +388,8 @@ def _new_worker(args, train: OutcomeMatrix, test: OutcomeMatrix, log) -> int:
         raise ValueError("train and test files must have the same model columns")
     refuse_shared_questions(train, test)
     result, series = run_new_worker(train, test, args.new_worker, cost_weight=args.cost_weight,
-                                    share=args.new_worker_share, seed=args.seed, order=args.stream_order,
+                                    share=args.new_worker_share, seed=args.seed, stream_seed=args.stream_seed,
+                                    order=args.stream_order,
                                     folds=args.folds, singles_only=args.singles_only, log=log)
     result["train_file"], result["test_file"] = args.train, args.test
     if args.report:
