@@ -9,6 +9,7 @@ import random
 
 import numpy as np
 import pytest
+from scipy.special import ndtri
 from trainer_synth import ACCURACY, make_rows, topic_of, write_csv
 
 from baton.v1 import common_pb2, requests_pb2, rewards_pb2
@@ -48,12 +49,37 @@ def test_a_newcomer_takes_a_query_where_its_optimistic_quality_beats_the_policys
     F = newcomers.features(test.prompts[:4], test.eval_names[:4], policy.quality(test.prompts[:4], test.eval_names[:4]))
     values = np.full((4, len(policy.workflows)), -1.0)
     values[:, 0] = [0.5, 0.65, 0.72, 0.8]
-    greedy, probs = newcomers.shares(F, values, 0.0)
+    greedy, probs = newcomers.shares(F, values, values, 0.0)  # at W=0 and full trust, values are qualities
     # 0.65 is above its mean quality, yet unsure as it is, it takes the query (Thompson sampling would
     # send it a third of them), and its reward settles the question. 0.72 is within its upper
     # bound: the exploration share. 0.8 is beyond it: nothing.
     assert probs[:, 1].tolist() == pytest.approx([1.0, 1.0, 0.1, 0.0])
     assert np.allclose(probs.sum(1), 1.0) and (greedy == 0).all()
+
+
+def test_a_newcomer_competes_with_what_the_policy_predicts_of_its_choice_not_its_ranking_value(synthetic):
+    """Trust 0 makes every workflow's value its training mean (a ranking that ignores the query),
+    here 0.95: the newcomer, sure of 0.6, must still win the queries where the head of the
+    policy's choice predicts less than that, and only those."""
+    _, test, policy = synthetic
+    shrunk = dataclasses.replace(policy, trust={"cost_weights": [0.0], "trust": [0.0]},
+                                 prior_quality=np.full(len(policy.workflows), 0.95))
+    newcomers = Newcomers(shrunk, {NEW: 1.0}, share=0.1)
+    head = newcomers.newcomers[0].head
+    head.mean[:] = 0.0
+    head.mean[-1] = ndtri(0.6)
+    head.cov[:] = 0.0
+    prompts, evals = test.prompts[:200], test.eval_names[:200]
+    q = shrunk.quality(prompts, evals)
+    values = shrunk.values(prompts, evals, 0.0, quality=q)
+    assert np.allclose(values, 0.95), "the ranking values ignore the query"
+    greedy, probs = newcomers.shares(newcomers.features(prompts, evals, q), values, q, 0.0)
+    predicted = q[np.arange(len(greedy)), greedy]
+    assert (predicted < 0.59).any() and (predicted > 0.61).any()
+    assert (probs[predicted < 0.59, 1] == 1.0).all() and (probs[predicted > 0.61, 1] == 0.0).all()
+    rng = np.random.default_rng(0)
+    chosen = [newcomers.choose(p, e, rng=rng).workflow for p, e in zip(prompts, evals)]
+    assert [c == NEW for c in chosen] == (predicted < 0.6).tolist()
 
 
 def test_fractional_rewards_become_outcomes_every_replica_agrees_on():
@@ -141,8 +167,9 @@ def test_the_prior_scale_is_the_one_the_known_workers_outcomes_support(synthetic
 def test_shares_are_probabilities_and_propensities_are_logged(synthetic):
     _, test, policy = synthetic
     newcomers = Newcomers(policy, {NEW: 1.0}, share=0.25)
-    F = newcomers.features(test.prompts[:50], test.eval_names[:50], policy.quality(test.prompts[:50], test.eval_names[:50]))
-    greedy, probs = newcomers.shares(F, policy.values(test.prompts[:50], test.eval_names[:50]), 0.0)
+    q = policy.quality(test.prompts[:50], test.eval_names[:50])
+    F = newcomers.features(test.prompts[:50], test.eval_names[:50], q)
+    greedy, probs = newcomers.shares(F, policy.values([], None, quality=q), q, 0.0)
     assert np.allclose(probs.sum(1), 1.0) and (probs >= 0).all()
     assert (probs[:, 1] >= 0.25 - 1e-12).all(), "an untried worker gets at least the exploration share"
     choice = newcomers.choose(test.prompts[0], test.eval_names[0], epsilon=0.1, rng=np.random.default_rng(3))
@@ -182,7 +209,7 @@ def test_the_policy_conductor_serves_a_new_worker_and_learns_from_rewards(write_
     for i, p in enumerate(proposals):
         q = [f"question {i} about cells"]
         quality = policy.quality(q)
-        _, probs = newcomers.shares(newcomers.features(q, [None], quality), policy.values(q, quality=quality), 0.0)
+        _, probs = newcomers.shares(newcomers.features(q, [None], quality), policy.values(q, quality=quality), quality, 0.0)
         column = 0 if p.action not in newcomers.names else 1 + newcomers.names.index(p.action)
         assert p.propensity == pytest.approx(probs[0, column])
     # smollm2 (the local model) is also a worker the policy does not know.

@@ -20,8 +20,13 @@ grid). The trainer stores it with the policy. Too wide a prior, and a newcomer's
 posterior stays spread for as long as a stream lasts; too narrow, and it cannot learn where it is
 strong.
 
-Per query, the policy's greedy workflow has value ``v`` (quality minus priced cost). Each newcomer
-k has an optimistic value: its quality with the score one posterior sd above its mean
+Per query, the policy picks its greedy workflow by its values, which may shrink its heads toward
+their training means (its trust, a ranking device: see :mod:`baton_policy.fastpolicy`); ``v`` is
+that workflow's own predicted quality for the query, less its priced cost. At trust 0 the value is
+the workflow's training mean on every query: a newcomer whose head had learned that a subject is
+hard kept that subject's queries away from itself, though the policy's choice did worse there
+still (MMLU-Pro's dev split, one fit: 195 such queries answered 0.50 right, where the policy
+trained with the worker answered 0.59). Each newcomer k has an optimistic value: its quality with the score one posterior sd above its mean
 (:data:`OPTIMISM`), less ``W * cost_k / scale``. The newcomer with the best optimistic value takes
 the query when that value beats ``v``: where the head is unsure, optimism sends it traffic and its
 rewards settle the question; where it is sure, it is used as it deserves. Thompson sampling,
@@ -280,14 +285,16 @@ class Newcomers:
         evals = X[:, X.shape[1] - self._evals:].toarray() if self._evals else np.zeros((len(prompts), 0))
         return np.hstack([transfer, evals])
 
-    def shares(self, F: np.ndarray, values: np.ndarray, cost_weight: float) -> tuple[np.ndarray, np.ndarray]:
-        """For rows with newcomer inputs ``F`` and the policy's ``values`` [n, A]: the policy's
-        greedy workflow per row, and the probability of each choice [n, 1 + K] (column 0: that
-        workflow, then each newcomer)."""
+    def shares(self, F: np.ndarray, values: np.ndarray, quality: np.ndarray,
+               cost_weight: float) -> tuple[np.ndarray, np.ndarray]:
+        """For rows with newcomer inputs ``F``, the policy's ``values`` [n, A] (that rank its
+        workflows) and its predicted ``quality`` [n, A] (that the newcomers compete with): the
+        policy's greedy workflow per row, and the probability of each choice [n, 1 + K] (column 0:
+        that workflow, then each newcomer)."""
         masked = np.where(self._allowed[None, :], values, -np.inf)
         greedy = masked.argmax(1)
-        v = masked[np.arange(len(greedy)), greedy]
         rows = np.arange(len(greedy))
+        v = quality[rows, greedy] - cost_weight * self.policy.mean_costs[greedy] / self.policy.cost_scale
         probs = np.zeros((len(greedy), 1 + len(self.newcomers)))
         if not self.newcomers:
             probs[:, 0] = 1.0
@@ -316,7 +323,7 @@ class Newcomers:
         W = self.policy.cost_weight if cost_weight is None else cost_weight
         q = self.policy.quality([prompt], [eval_name])
         F = self.features([prompt], [eval_name], q)
-        greedy, probs = self.shares(F, self.policy.values([prompt], [eval_name], W, quality=q), W)
+        greedy, probs = self.shares(F, self.policy.values([prompt], [eval_name], W, quality=q), q, W)
         rng = rng or np.random.default_rng()
         pick = int(rng.choice(probs.shape[1], p=probs[0] / probs[0].sum()))
         if pick == 0:

@@ -110,7 +110,7 @@ def run_new_worker(train: OutcomeMatrix, test: OutcomeMatrix, name: str, *, cost
     scores, costs, calls = np.zeros(n), np.zeros(n), np.zeros(n)
     chose = np.full(n, -1)  # index into `actions`, -1: the policy's own choice
     for t, i in enumerate(stream):
-        greedy, probs = newcomers.shares(features[i:i + 1], values[i:i + 1], cost_weight)
+        greedy, probs = newcomers.shares(features[i:i + 1], values[i:i + 1], quality[i:i + 1], cost_weight)
         k = int(rng.choice(probs.shape[1], p=probs[0] / probs[0].sum())) - 1
         if k < 0:
             a = int(greedy[0])
