@@ -1,5 +1,6 @@
 """A worker the served policy was not trained with, end to end: it gets traffic among the first
-requests, its propensities are in the episodes, and its graded rewards reach the routers."""
+requests, its propensities are in the episodes, its graded rewards reach the routers, and taking
+it out of the configuration (the router restarted) takes its traffic away."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import openai
 import pyarrow.dataset as ds
+import yaml
 from testbed import MMLU_PRO, default_config_data, running_stack
 
 from baton_policy.fastpolicy import Policy
@@ -39,7 +41,8 @@ def test_a_new_worker_serves_at_once_and_learns_from_graded_rewards(kafka_bootst
 
     csv.field_size_limit(sys.maxsize)
     with MMLU_PRO.open(newline="") as f:
-        rows = [r for i, r in enumerate(csv.DictReader(f)) if 400 <= i < 500]
+        every = list(csv.DictReader(f))
+    rows, later = every[400:500], every[500:600]
     with running_stack(data, tmp_path, kafka_bootstrap) as stack:
         client = openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0, timeout=60)
 
@@ -65,10 +68,27 @@ def test_a_new_worker_serves_at_once_and_learns_from_graded_rewards(kafka_bootst
             text = httpx.get(f"http://127.0.0.1:{router.port}/metrics", timeout=5).text
             return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("baton_rewards_learned_total"))
 
-        deadline = time.monotonic() + 60
-        while (len(episodes()) < len(ids) or learned() == 0) and time.monotonic() < deadline:
-            time.sleep(0.5)
+        def wait_for(until) -> None:
+            deadline = time.monotonic() + 60
+            while not until() and time.monotonic() < deadline:
+                time.sleep(0.5)
+
+        wait_for(lambda: len(episodes()) >= len(ids) and learned() > 0)
         logged, taught = episodes(), learned()
+
+        # Taken out of the configuration, the router restarted: the new worker and two of the known
+        # ones get no more traffic, though the executors, started with them, could still serve them,
+        # and the policy now explores (it would send the known ones a third of the queries each).
+        kept = data["workers"][0]
+        removed = {w["name"] for w in data["workers"]} - {kept["name"]}
+        data["workers"] = [kept]
+        data["conductor"]["policy"]["epsilon"] = 1.0
+        (tmp_path / "baton.yaml").write_text(yaml.safe_dump(data))
+        stack.restart("router")
+        with ThreadPoolExecutor(8) as pool:
+            ids = set(pool.map(ask, later))
+        wait_for(lambda: len(episodes()) >= len(ids))
+        after_removal = episodes()
     assert len(logged) == 100
     new = [r for r in logged if r["plan_action"] == NEW_MODEL]
     assert new, "the new worker got traffic among the first 100 requests"
@@ -79,3 +99,6 @@ def test_a_new_worker_serves_at_once_and_learns_from_graded_rewards(kafka_bootst
     assert all(r["plan_policy_version"] == "v0" for r in logged)
     graded_new = [r for r in new if r["quality"] is not None]
     assert graded_new and taught >= 1, "graded rewards of its episodes reached the router over baton.rewards"
+    assert len(after_removal) == 100 and "qwen-110b" in removed and len(removed) == 3
+    assert {r["plan_action"] for r in after_removal} == {kept["model"]}, "removed workers get no traffic"
+    assert {step["worker"] for r in after_removal for step in r["steps"]} == {kept["name"]}
