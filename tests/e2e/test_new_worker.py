@@ -1,6 +1,7 @@
-"""A worker the served policy was not trained with, end to end: it gets traffic among the first
-requests, its propensities are in the episodes, its graded rewards reach the routers, and taking
-it out of the configuration (the router restarted) takes its traffic away."""
+"""A worker the served policy was not trained with, added to a running stack's configuration (its
+executors, the synthesizer and the router restarted), end to end: it gets traffic among the first requests, its
+propensities are in the episodes, its graded rewards reach the routers, and taking it out of the
+configuration (the router restarted) takes its traffic away."""
 
 from __future__ import annotations
 
@@ -30,10 +31,10 @@ def test_a_new_worker_serves_at_once_and_learns_from_graded_rewards(kafka_bootst
     known = without(matrix.subset(range(400)), [m for m in matrix.models if m not in served])
     flows = candidate_workflows(known, vote_sizes=(), panel_sizes=(), escalate=())
     policy_dir = Policy.fit_matrix(known, flows, tune_trust_folds=0).save(tmp_path / "policy")
-    data["workers"].append({"name": "qwen-110b", "provider": "sim", "model": NEW_MODEL,
-                            "sim": {"dataset": str(MMLU_PRO), "latency_ms": 20},
-                            "price": {"input_per_mtok": 0.9, "output_per_mtok": 0.9},
-                            "card": "Strengths: open weights. Weaknesses: untested here. Price: medium."})
+    newcomer = {"name": "qwen-110b", "provider": "sim", "model": NEW_MODEL,
+                "sim": {"dataset": str(MMLU_PRO), "latency_ms": 20},
+                "price": {"input_per_mtok": 0.9, "output_per_mtok": 0.9},
+                "card": "Strengths: open weights. Weaknesses: untested here. Price: medium."}
     data["conductor"] = {"backend": "policy", "policy": {"path": str(policy_dir), "version": "v0", "epsilon": 0.0,
                                                          "new_worker_share": 0.2}}
     data["kafka"] = {"partitions": 2}
@@ -44,6 +45,17 @@ def test_a_new_worker_serves_at_once_and_learns_from_graded_rewards(kafka_bootst
         every = list(csv.DictReader(f))
     rows, later = every[400:500], every[500:600]
     with running_stack(data, tmp_path, kafka_bootstrap) as stack:
+
+        def reconfigure(*services: str) -> None:
+            """What a user of `make up` does: edit the configuration, restart those services."""
+            (tmp_path / "baton.yaml").write_text(yaml.safe_dump(data))
+            for svc in services:
+                stack.restart(svc)
+
+        # Added to the running stack's configuration: its provider's executors learn to call it, the
+        # synthesizer to send it steps, the router to choose it.
+        data["workers"].append(newcomer)
+        reconfigure(*[s.name for s in stack.services if s.name.startswith("executor-sim")], "synthesizer", "router")
         client = openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0, timeout=60)
 
         def ask(row):
@@ -83,8 +95,7 @@ def test_a_new_worker_serves_at_once_and_learns_from_graded_rewards(kafka_bootst
         removed = {w["name"] for w in data["workers"]} - {kept["name"]}
         data["workers"] = [kept]
         data["conductor"]["policy"]["epsilon"] = 1.0
-        (tmp_path / "baton.yaml").write_text(yaml.safe_dump(data))
-        stack.restart("router")
+        reconfigure("router")
         with ThreadPoolExecutor(8) as pool:
             ids = set(pool.map(ask, later))
         wait_for(lambda: len(episodes()) >= len(ids))

@@ -81,6 +81,14 @@ def test_a_failed_step_ends_the_request_with_a_clear_error(write_config):
     assert run.finished and wf.advance(run) == []
 
 
+def test_a_plan_naming_a_worker_this_service_was_not_configured_with_fails_at_once_and_says_why(write_config):
+    """A router restarted with a worker added before the synthesizer was: nothing is dispatched."""
+    wf, run, _ = setup(write_config, Plan(workers=["gemini-pro", "qwen-110b"], subtasks=["a", "b"], access=[[], [0]]))
+    (finish,) = wf.advance(run)
+    assert isinstance(finish, Finish) and finish.response.error.code == "unknown_worker"
+    assert "'qwen-110b'" in finish.response.error.message and "restart the synthesizer" in finish.response.error.message
+
+
 def test_a_failed_step_moves_to_the_workers_fallback(write_config):
     wf, run, _ = setup(write_config, Plan(workers=["gemini-pro"], subtasks=["a"], access=[[]]), fallback="llama-70b")
     wf.advance(run)

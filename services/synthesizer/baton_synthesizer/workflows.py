@@ -227,6 +227,12 @@ class Workflows:
                 run.own_error = failure
                 return self._judge(run, None)
             return [self._finish(run, error=failure)]
+        unknown = sorted({w for w in run.plan.workers if w != CONDUCTOR and w not in self._workers})
+        if unknown:
+            # A router restarted with a worker added to the configuration before this service was.
+            return [self._finish(run, error=common_pb2.Error(code="unknown_worker", message=(
+                f"the plan names {', '.join(map(repr, unknown))}, which the synthesizer's configuration does not "
+                "list: restart the synthesizer (and the worker's executors) after adding a worker")))]
         if len(run.done) == run.plan.steps:
             answer = run.done[run.plan.steps - 1].output
             return self._judge(run, answer) if self._judges(run) else [self._finish(run, answer=answer)]
