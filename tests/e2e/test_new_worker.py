@@ -1,7 +1,7 @@
 """A worker the served policy was not trained with, added to a running stack's configuration (its
-executors, the synthesizer and the router restarted), end to end: it gets traffic among the first requests, its
-propensities are in the episodes, its graded rewards reach the routers, and taking it out of the
-configuration (the router restarted) takes its traffic away."""
+executors, the synthesizer and the router restarted), end to end: it gets traffic among the first
+requests, its propensities are in the episodes, its graded rewards reach the routers, and taking it
+out of the configuration (the router restarted) takes its traffic away."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from baton_policy.workflows import candidate_workflows
 NEW_MODEL = "Qwen1.5-110B"
 
 
-def test_a_new_worker_serves_at_once_and_learns_from_graded_rewards(kafka_bootstrap, tmp_path):
+def test_a_worker_added_to_a_running_stack_serves_at_once_learns_and_is_gone_once_removed(kafka_bootstrap, tmp_path):
     data = default_config_data()
     served = {w["sim"]["column"] if w["sim"].get("column") else w["model"] for w in data["workers"]}
     # The policy knows the three sim workers of the default pool only (a small singles-only fit).
@@ -48,7 +48,7 @@ def test_a_new_worker_serves_at_once_and_learns_from_graded_rewards(kafka_bootst
 
         def reconfigure(*services: str) -> None:
             """What a user of `make up` does: edit the configuration, restart those services."""
-            (tmp_path / "baton.yaml").write_text(yaml.safe_dump(data))
+            stack.config_file.write_text(yaml.safe_dump(data))
             for svc in services:
                 stack.restart(svc)
 
