@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 
+import numpy as np
 import pytest
 
 from baton.v1 import common_pb2, requests_pb2
@@ -41,6 +42,30 @@ def test_the_gate_publishes_a_better_policy_and_refuses_a_worse_one():
     assert not worse.publish and worse.difference < 0
     with pytest.raises(ValueError, match="held-back"):
         compare([], uniform(3), uniform(3))
+
+
+def test_the_doubly_robust_gate_is_unbiased_whatever_the_reward_model_and_tighter_with_a_good_one():
+    """Two workers logged uniformly; the right one is right 80% of the time, the other 20%. The
+    candidate always takes the right one (true value 0.8), the current policy is uniform (0.5)."""
+    actions = ["good", "bad"]
+    candidate = lambda episodes, names: np.tile([1.0, 0.0], (len(episodes), 1))  # noqa: E731
+    truth = np.tile([0.8, 0.2], (150, 1))
+    wrong = np.tile([0.0, 1.0], (150, 1))
+    estimates: dict[str, list[float]] = {"ips": [], "wrong": [], "truth": []}
+    rng = np.random.default_rng(0)
+    for _ in range(400):
+        logged = [Episode(f"q{i}", a, float(rng.random() < (0.8 if a == "good" else 0.2)), 0.5)
+                  for i, a in enumerate(rng.choice(actions, 150))]
+        for name, predicted in (("ips", None), ("wrong", wrong), ("truth", truth)):
+            r = compare(logged, candidate, uniform(2), actions=actions, predicted=predicted)
+            estimates[name].append(r.difference)
+    mean = {k: float(np.mean(v)) for k, v in estimates.items()}
+    sd = {k: float(np.std(v)) for k, v in estimates.items()}
+    for name in estimates:  # the true difference is 0.8 - 0.5; the standard error of 400 means is < 0.005
+        assert abs(mean[name] - 0.3) < 0.015, (name, mean)
+    assert sd["truth"] < 0.75 * sd["ips"], sd
+    with pytest.raises(ValueError, match="action names"):
+        compare(logged, candidate, uniform(2), predicted=truth)
 
 
 def test_the_store_keeps_versions_in_order_and_refuses_overwrites(tmp_path):

@@ -66,7 +66,11 @@ def train_fast(args) -> dict:
         current_prob, current_name = greedy(current), published[-1]["version"]
     else:
         current_prob, current_name = uniform(len(flows)), "uniform"
-    result = compare(held, greedy(candidate), current_prob, cost_weight=args.cost_weight)
+    # The candidate's heads never saw the held-back episodes: they are the gate's reward model.
+    predicted = (candidate.quality([e.prompt for e in held], [e.eval_name for e in held])
+                 - args.cost_weight * candidate.mean_costs[None, :]) if held else None
+    result = compare(held, greedy(candidate), current_prob, actions=candidate.names, predicted=predicted,
+                     cost_weight=args.cost_weight)
     steps.update()
     version = args.version or time.strftime("v%Y%m%d-%H%M%S")
     out = {"candidate": version, "current": current_name, "train_episodes": len(train), "gate": result.as_dict()}
