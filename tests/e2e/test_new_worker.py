@@ -1,7 +1,8 @@
-"""A worker the served policy was not trained with, added to a running stack's configuration (its
-executors, the synthesizer and the router restarted), end to end: it gets traffic among the first
-requests, its propensities are in the episodes, its graded rewards reach the routers, and taking it
-out of the configuration (the router restarted) takes its traffic away."""
+"""A worker the served policy was not trained with, added to a running stack's configuration and
+the router restarted (the executors and the synthesizer read the changed file themselves), end to
+end: it gets traffic among the first requests, its propensities are in the episodes, its graded
+rewards reach the routers, and taking it out of the configuration (the router restarted) takes its
+traffic away."""
 
 from __future__ import annotations
 
@@ -52,10 +53,12 @@ def test_a_worker_added_to_a_running_stack_serves_at_once_learns_and_is_gone_onc
             for svc in services:
                 stack.restart(svc)
 
-        # Added to the running stack's configuration: its provider's executors learn to call it, the
-        # synthesizer to send it steps, the router to choose it.
+        # Added to the running stack's configuration, only the router restarted: it chooses the new
+        # worker; the synthesizer and the sim executors, started without it, read the file again
+        # when a step names it.
         data["workers"].append(newcomer)
-        reconfigure(*[s.name for s in stack.services if s.name.startswith("executor-sim")], "synthesizer", "router")
+        started = {s.name: s.pid for s in stack.services}
+        reconfigure("router")
         client = openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0, timeout=60)
 
         def ask(row):
@@ -87,6 +90,7 @@ def test_a_worker_added_to_a_running_stack_serves_at_once_learns_and_is_gone_onc
 
         wait_for(lambda: len(episodes()) >= len(ids) and learned() > 0)
         logged, taught = episodes(), learned()
+        same = {s.name for s in stack.services if s.name != "router" and started[s.name] == s.pid}
 
         # Taken out of the configuration, the router restarted: the new worker and two of the known
         # ones get no more traffic, though the executors, started with them, could still serve them,
@@ -100,7 +104,9 @@ def test_a_worker_added_to_a_running_stack_serves_at_once_learns_and_is_gone_onc
             ids = set(pool.map(ask, later))
         wait_for(lambda: len(episodes()) >= len(ids))
         after_removal = episodes()
+    assert same == set(started) - {"router"}, "only the router was restarted"
     assert len(logged) == 100
+    assert all(r["error_code"] in (None, "") for r in logged), {r["error_code"] for r in logged}
     new = [r for r in logged if r["plan_action"] == NEW_MODEL]
     assert new, "the new worker got traffic among the first 100 requests"
     assert all(r["steps"][0]["worker"] == "qwen-110b" for r in new)

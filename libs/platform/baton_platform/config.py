@@ -6,6 +6,7 @@ Any field can be overridden by an environment variable `BATON_<SECTION>__<FIELD>
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
@@ -18,6 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from baton_workflow import CONDUCTOR
+
+log = logging.getLogger(__name__)
 
 Provider = Literal["openai", "anthropic", "gemini", "openai_compatible", "sim"]
 PROVIDERS: tuple[str, ...] = get_args(Provider)
@@ -612,6 +615,35 @@ def load_config(path: str | os.PathLike | None = None) -> BatonConfig:
     except ValidationError as e:
         raise ConfigError(f"invalid configuration in {file}:\n{_format_errors(e)}") from None
     return _resolve_paths(config, file.resolve().parent)
+
+
+class ConfigWatch:
+    """The configuration file named by BATON_CONFIG, read again when it has changed: how a service
+    learns of workers added to it while it runs. A file that no longer loads (half written, say) is
+    logged and skipped; the next change is read again."""
+
+    def __init__(self, path: str | os.PathLike | None = None) -> None:
+        raw = path if path is not None else os.environ.get("BATON_CONFIG")
+        self.path = Path(raw) if raw else None
+        self._stamp = self._modified()
+
+    def _modified(self) -> int | None:
+        try:
+            return self.path.stat().st_mtime_ns if self.path else None
+        except OSError:
+            return None
+
+    def changed(self) -> BatonConfig | None:
+        """The configuration, when the file changed since the last look (or since start); else None."""
+        stamp = self._modified()
+        if stamp is None or stamp == self._stamp:
+            return None
+        self._stamp = stamp
+        try:
+            return load_config(self.path)
+        except ConfigError as e:
+            log.warning("the changed configuration was not taken: %s", e)
+            return None
 
 
 def _resolve_paths(config: BatonConfig, base: Path) -> BatonConfig:

@@ -24,6 +24,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
@@ -62,8 +63,12 @@ class RecentIds:
 
 class TaskConsumer:
     def __init__(self, service: Service, provider: str, runner: StepRunner, limits: dict[str, WorkerLimits],
-                 metrics: ExecutorMetrics, drain_timeout_s: float, direct_steps: bool = False) -> None:
+                 metrics: ExecutorMetrics, drain_timeout_s: float, direct_steps: bool = False,
+                 added_workers: Callable[[], dict[str, WorkerLimits]] | None = None) -> None:
         self.service = service
+        # Looks for workers of this provider added to the configuration since (a task names one this
+        # replica does not know): they start serving at once, with their limits shared as usual.
+        self.added_workers = added_workers
         # router.direct_single_step: some tasks here answer the client, and recovery reads those answers back.
         self.direct_steps = direct_steps
         self.drain_timeout_s = drain_timeout_s
@@ -112,6 +117,9 @@ class TaskConsumer:
             return
         if self.stopping:
             return  # left uncommitted: the partition's next owner runs it
+        if task.worker not in self.limits and self.added_workers is not None:
+            for name, lim in self.added_workers().items():
+                await self.exchange.add(name, lim)
         limits = self.limits.get(task.worker)
         if limits is not None:
             await limits.slots.acquire()  # full: wait here, and so stop fetching

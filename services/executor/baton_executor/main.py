@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 
 from faststream.asgi import AsgiFastStream
 from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
@@ -15,9 +16,11 @@ from baton_executor.metrics import ExecutorMetrics
 from baton_executor.providers.registry import build_workers
 from baton_executor.transport import provider_client
 from baton_platform import topics
-from baton_platform.config import PROVIDERS, BatonConfig, load_config
+from baton_platform.config import PROVIDERS, BatonConfig, ConfigWatch, WorkerConfig, load_config
 from baton_platform.http import serve
 from baton_platform.service import Service
+
+log = logging.getLogger(__name__)
 
 
 def create_app(config: BatonConfig, provider: str, tracer_provider: TracerProvider | None = None) -> AsgiFastStream:
@@ -26,13 +29,30 @@ def create_app(config: BatonConfig, provider: str, tracer_provider: TracerProvid
     HTTPXClientInstrumentor.instrument_client(client, tracer_provider=service.tracer_provider)
     workers = build_workers(config.workers, provider, client)
     configs = {w.name: w for w in config.workers if w.provider == provider}
-    limits = {w.name: WorkerLimits(w.limits.rpm, w.limits.tpm, w.limits.concurrency, w.limits.headroom)
-              for w in configs.values()}
+    limits = {w.name: worker_limits(w) for w in configs.values()}
     metrics = ExecutorMetrics(service.registry, provider)
     runner = StepRunner(workers, configs, limits, service.tracer_provider.get_tracer("baton.executor"), metrics,
                         config.executor.max_attempts)
+    watch = ConfigWatch()
+
+    def added_workers() -> dict[str, WorkerLimits]:
+        """Workers of this provider added to the configuration file since it was last read: their
+        clients join the runner's; their limits are returned for the consumer to share out."""
+        fresh = watch.changed()
+        new = [w for w in fresh.workers if w.provider == provider and w.name not in configs] if fresh else []
+        if not new:
+            return {}
+        try:
+            workers.update(build_workers(new, provider, client))
+        except Exception as e:  # noqa: BLE001 - a bad new worker (its API key unset) must not stop the others
+            log.warning("workers added to the configuration cannot be served: %s", e)
+            return {}
+        configs.update({w.name: w for w in new})
+        log.info("serving workers added to the configuration: %s", ", ".join(w.name for w in new))
+        return {w.name: worker_limits(w) for w in new}
+
     consumer = TaskConsumer(service, provider, runner, limits, metrics, config.executor.drain_timeout_s,
-                            direct_steps=config.router.direct_single_step)
+                            direct_steps=config.router.direct_single_step, added_workers=added_workers)
 
     async def close() -> None:
         await consumer.exchange.stop()
@@ -41,6 +61,10 @@ def create_app(config: BatonConfig, provider: str, tracer_provider: TracerProvid
         await client.aclose()
 
     return service.asgi_app(after_startup=[consumer.exchange.start], on_shutdown=[close])
+
+
+def worker_limits(w: WorkerConfig) -> WorkerLimits:
+    return WorkerLimits(w.limits.rpm, w.limits.tpm, w.limits.concurrency, w.limits.headroom)
 
 
 def run() -> None:

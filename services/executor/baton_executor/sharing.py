@@ -59,9 +59,18 @@ class ShareExchange:
         (safe whatever the others do), then let the next report and table refine it."""
         self.partitions, self.total_partitions = set(partitions), total
         share = len(partitions) / total if total else 0.0
-        for lim in self.limits.values():
+        for lim in list(self.limits.values()):  # a worker may be added meanwhile (see add)
             await lim.set_share(share, partition_slots(lim.concurrency, total, partitions))
         self._on_share(share)
+        self._wake.set()
+
+    async def add(self, name: str, lim: WorkerLimits) -> None:
+        """A worker added to the configuration while this replica runs: its limits start at this
+        replica's share of the partitions, as every worker's do, until the next allocation."""
+        total = self.total_partitions
+        await lim.set_share(len(self.partitions) / total if total else 0.0,
+                            partition_slots(lim.concurrency, total, self.partitions))
+        self.limits[name] = lim
         self._wake.set()
 
     def report(self, now: float) -> dict:
@@ -80,7 +89,7 @@ class ShareExchange:
         if not self.synced:
             return  # keep the base share until the whole table is known
         reports = [d for k, d in self.table.items() if k != self.member] + [mine]
-        for name, lim in self.limits.items():
+        for name, lim in list(self.limits.items()):
             members = [Member(d["member"], d["partitions"], d["busy"], d["busy_since"], d["in_flight"].get(name, 0),
                               d["at"]) for d in reports]
             a: Allocation | None = allocate(self.member, members, lim.concurrency, now)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from faststream.asgi import AsgiFastStream
 from opentelemetry.sdk.trace import TracerProvider
 
-from baton_platform.config import BatonConfig, load_config
+from baton_platform.config import BatonConfig, ConfigWatch, load_config
 from baton_platform.http import serve
 from baton_platform.service import Service
 from baton_synthesizer.handlers import SynthesizerWiring
@@ -16,7 +16,8 @@ SERVICE_NAME = "baton-synthesizer"
 
 def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = None) -> AsgiFastStream:
     service = Service.create(SERVICE_NAME, config.kafka, tracer_provider)
-    workflows = Workflows(config.synthesizer, config.workers, max_steps=config.conductor.max_steps, judge=config.judge)
+    workflows = Workflows(config.synthesizer, config.workers, max_steps=config.conductor.max_steps, judge=config.judge,
+                          watch=ConfigWatch())
     SynthesizerWiring(service, workflows)
     return service.asgi_app()
 

@@ -20,6 +20,7 @@ client its own candidate's answer.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -27,10 +28,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from baton.v1 import common_pb2, feedback_pb2, requests_pb2, responses_pb2, tasks_pb2, workflow_pb2
-from baton_platform.config import JudgeConfig, SynthesizerConfig, WorkerConfig
+from baton_platform.config import ConfigWatch, JudgeConfig, SynthesizerConfig, WorkerConfig
 from baton_synthesizer.judge import best, judge_messages, parse_scores
 from baton_workflow import CONDUCTOR, Plan, from_proto, query_text, readable_steps, ready_steps, turn
 from baton_workflow.steps import answer_options, copy_answer_fields, record_step, step_failure, step_task
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -122,9 +125,12 @@ class Run:
 
 class Workflows:
     def __init__(self, settings: SynthesizerConfig, workers: Sequence[WorkerConfig], *, max_steps: int,
-                 judge: JudgeConfig | None = None, clock: Callable[[], int] = _now_ms) -> None:
+                 judge: JudgeConfig | None = None, clock: Callable[[], int] = _now_ms,
+                 watch: ConfigWatch | None = None) -> None:
         self._settings = settings
         self._workers = {w.name: w for w in workers}
+        # Workers added to the configuration file while this runs are taken from it when a plan names them.
+        self._watch = watch
         if settings.group_answer == "judge" and judge is None:
             raise ValueError("synthesizer.group_answer 'judge' needs a judge")
         self._judge_worker = judge.worker if judge else ""
@@ -214,6 +220,19 @@ class Workflows:
         run.newly_done.clear()
         return notes + self._decide(run)
 
+    def _unknown(self, names: Sequence[str]) -> list[str]:
+        """The workers among `names` this service cannot send steps to, after reading the
+        configuration file again if it changed (a router restarted with a worker added to it)."""
+        unknown = sorted({w for w in names if w != CONDUCTOR and w not in self._workers})
+        fresh = self._watch.changed() if unknown and self._watch else None
+        if fresh is not None:
+            added = [w for w in fresh.workers if w.name not in self._workers]
+            self._workers.update({w.name: w for w in added})
+            if added:
+                log.info("workers added to the configuration: %s", ", ".join(w.name for w in added))
+            unknown = [w for w in unknown if w not in self._workers]
+        return unknown
+
     def _decide(self, run: Run) -> list[Action]:
         if run.own_error is not None:
             return self._judge(run, None)
@@ -227,12 +246,11 @@ class Workflows:
                 run.own_error = failure
                 return self._judge(run, None)
             return [self._finish(run, error=failure)]
-        unknown = sorted({w for w in run.plan.workers if w != CONDUCTOR and w not in self._workers})
+        unknown = self._unknown(run.plan.workers)
         if unknown:
-            # A router restarted with a worker added to the configuration before this service was.
             return [self._finish(run, error=common_pb2.Error(code="unknown_worker", message=(
                 f"the plan names {', '.join(map(repr, unknown))}, which the synthesizer's configuration does not "
-                "list: restart the synthesizer (and the worker's executors) after adding a worker")))]
+                "list")))]
         if len(run.done) == run.plan.steps:
             answer = run.done[run.plan.steps - 1].output
             return self._judge(run, answer) if self._judges(run) else [self._finish(run, answer=answer)]
