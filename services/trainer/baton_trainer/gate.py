@@ -64,7 +64,7 @@ def greedy(policy) -> ActionProbabilities:
         values = policy.values([e.prompt for e in episodes], [e.eval_name for e in episodes])
         index = {a: j for j, a in enumerate(actions)}
         out = np.zeros((len(episodes), len(actions)))
-        for i, a in enumerate(np.argmax(values, axis=1)):
+        for i, a in enumerate(policy.choose_index(values)):
             j = index.get(policy.workflows[a].name)
             if j is not None:
                 out[i, j] = 1.0
