@@ -3,7 +3,8 @@ HTTP endpoints."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from faststream.asgi import AsgiFastStream
@@ -12,13 +13,18 @@ from google.protobuf.message import Message
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Tracer
 from prometheus_client import CollectorRegistry, Counter
-from starlette.routing import request_response
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route, request_response
 
 from baton_platform.config import KafkaConfig
 from baton_platform.consumer import Consumer, DeadLetters, Publisher
 from baton_platform.http import ReadyCheck, broker_ready, live_endpoint, metrics_endpoint, ready_endpoint
 from baton_platform.kafka import make_broker
 from baton_platform.telemetry import setup_tracing
+
+Hook = Callable[[], Awaitable[None]]
+Endpoint = Callable[[Request], Awaitable[Response]]
 
 
 @dataclass
@@ -74,13 +80,46 @@ class Service:
         """An ASGI app running the broker's subscribers plus /health/live, /health/ready and /metrics."""
         return AsgiFastStream(
             self.broker,
-            asgi_routes=[
-                ("/health/live", request_response(live_endpoint())),
-                ("/health/ready", request_response(ready_endpoint([self.ready, *ready_checks]))),
-                ("/metrics", request_response(metrics_endpoint(self.registry))),
-            ],
+            asgi_routes=[(path, request_response(endpoint)) for path, endpoint in self._endpoints(ready_checks)],
             on_startup=list(on_startup),
-            after_startup=[self.start_consumers, *after_startup],
-            # Consumers stop first: their last commits need the broker, their drains the service's clients.
-            on_shutdown=[self.stop_consumers, *on_shutdown, self.flush_traces],
+            after_startup=self._after_startup(after_startup),
+            on_shutdown=self._on_shutdown(on_shutdown),
         )
+
+    def http_routes(self, *, ready_checks: Sequence[ReadyCheck] = ()) -> list[Route]:
+        """/health/live, /health/ready and /metrics (GET) for a service that serves its own Starlette app."""
+        return [Route(path, endpoint, methods=["GET"]) for path, endpoint in self._endpoints(ready_checks)]
+
+    def lifespan(self, *, after_startup: Sequence[Hook] = (), on_shutdown: Sequence[Hook] = ()):
+        """A Starlette lifespan that starts and stops the broker and the consumers in `asgi_app`'s order
+        (`after_startup` and `on_shutdown` run where they run there), for a service that serves its own
+        Starlette app."""
+        startup, shutdown = self._after_startup(after_startup), self._on_shutdown(on_shutdown)
+
+        @contextlib.asynccontextmanager
+        async def lifespan(app) -> AsyncIterator[None]:
+            await self.broker.start()
+            for hook in startup:
+                await hook()
+            try:
+                yield
+            finally:
+                for hook in shutdown:
+                    await hook()
+                await self.broker.stop()
+
+        return lifespan
+
+    def _endpoints(self, ready_checks: Sequence[ReadyCheck]) -> list[tuple[str, Endpoint]]:
+        return [
+            ("/health/live", live_endpoint()),
+            ("/health/ready", ready_endpoint([self.ready, *ready_checks])),
+            ("/metrics", metrics_endpoint(self.registry)),
+        ]
+
+    def _after_startup(self, hooks: Sequence[Hook]) -> list[Hook]:
+        return [self.start_consumers, *hooks]
+
+    def _on_shutdown(self, hooks: Sequence[Hook]) -> list[Hook]:
+        # Consumers stop first: their last commits need the broker, their drains the service's clients.
+        return [self.stop_consumers, *hooks, self.flush_traces]
