@@ -9,7 +9,6 @@ import uuid
 
 from opentelemetry import propagate, trace
 from opentelemetry.sdk.trace import TracerProvider
-from prometheus_client import Counter, Gauge, Histogram
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -32,6 +31,7 @@ from baton_gateway.api import (
 )
 from baton_gateway.auth import Gatekeeper
 from baton_gateway.handover import Handover
+from baton_gateway.metrics import GatewayMetrics
 from baton_gateway.openapi import openapi_document
 from baton_gateway.params import answer_options, messages_proto
 from baton_gateway.replies import INTERIM, Replies
@@ -62,22 +62,8 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
     # baton.policy (a small compacted topic every replica reads whole).
     models = {DEFAULT_POLICY_NAME}
 
-    requests_total = Counter("baton_gateway_requests", "Chat requests", ["status"], registry=registry)
-    latency = Histogram("baton_gateway_request_seconds", "End-to-end request latency", registry=registry,
-                        buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120))
-    tenant_requests = Counter("baton_gateway_tenant_requests", "Chat requests by tenant and outcome",
-                              ["tenant", "outcome"], registry=registry)
-    tenant_tokens = Counter("baton_gateway_tenant_tokens", "Tokens of final responses by tenant",
-                            ["tenant", "direction"], registry=registry)
-    tenant_cost = Counter("baton_gateway_tenant_cost_usd", "Spend of final responses by tenant (USD)",
-                          ["tenant"], registry=registry)
-    for tenant in gate.tenants:  # every tenant shows from the start, at zero
-        tenant_cost.labels(tenant)
-    Gauge("baton_gateway_waiting", "Requests waiting for an answer", registry=registry).set_function(
-        lambda: replies.waiting)
+    metrics = GatewayMetrics(registry, gate.tenants, waiting=lambda: replies.waiting)
     admission = Admission(gw.max_waiting)
-    shed = Counter("baton_gateway_shed", "Requests refused (429) because the replica was at capacity",
-                   registry=registry)
 
     def take(response: responses_pb2.Response) -> None:
         if replies.deliver(response) and response.WhichOneof("outcome") not in INTERIM:
@@ -109,10 +95,10 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
         tenant, total = response.episode.request.tenant, response.episode.total
         gate.settle(response.request_id, tenant, total.input_tokens, total.output_tokens, total.cost_usd)
         if tenant:
-            tenant_requests.labels(tenant, "answered" if response.WhichOneof("outcome") == "answer" else "failed").inc()
-            tenant_tokens.labels(tenant, "input").inc(total.input_tokens)
-            tenant_tokens.labels(tenant, "output").inc(total.output_tokens)
-            tenant_cost.labels(tenant).inc(total.cost_usd)
+            metrics.tenant_requests.labels(tenant, "answered" if response.WhichOneof("outcome") == "answer" else "failed").inc()
+            metrics.tenant_tokens.labels(tenant, "input").inc(total.input_tokens)
+            metrics.tenant_tokens.labels(tenant, "output").inc(total.output_tokens)
+            metrics.tenant_cost.labels(tenant).inc(total.cost_usd)
 
     async def on_policy(update: policy_pb2.PolicyUpdate, record: Record) -> None:
         if update.version and (update.name or DEFAULT_POLICY_NAME) == config.router.policy_name:
@@ -149,7 +135,7 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
                 try:
                     admission.admit(replies.waiting)
                 except ApiError:
-                    shed.inc()
+                    metrics.shed.inc()
                     raise
                 req = parse_chat_request(await read_body(request), set(gate.visible_models(principal, models)))
                 if wants_eval(req.metadata):
@@ -187,9 +173,9 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
                     raise ApiError(503, f"the request could not be queued ({type(e).__name__}); retry shortly",
                                    type="service_unavailable") from None
             except ApiError as e:
-                requests_total.labels(str(e.status)).inc()
+                metrics.requests.labels(str(e.status)).inc()
                 if principal is not None:
-                    tenant_requests.labels(principal.tenant, e.code if e.status == 429 else "rejected").inc()
+                    metrics.tenant_requests.labels(principal.tenant, e.code if e.status == 429 else "rejected").inc()
                 span.set_attribute("http.response.status_code", e.status)
                 return error_response(e)
             if req.stream:
@@ -198,12 +184,12 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
             try:
                 response = await final_response(request_id, waiter, deadline)
             except ApiError as e:
-                requests_total.labels(str(e.status)).inc()
+                metrics.requests.labels(str(e.status)).inc()
                 span.set_attribute("http.response.status_code", e.status)
                 return JSONResponse(e.body(), status_code=e.status)
             span.set_attribute("http.response.status_code", 200)
-            requests_total.labels("200").inc()
-            latency.observe(time.perf_counter() - started)
+            metrics.requests.labels("200").inc()
+            metrics.latency.observe(time.perf_counter() - started)
             headers = {"x-baton-request-id": request_id, "x-baton-workflow": summary_header(response)}
             return JSONResponse(completion_body(request_id, req.model, response), headers=headers)
 
@@ -254,12 +240,12 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
                                         f"provider call); repeat the request to get it whole (request {request_id})",
                                    type="server_error", code="stream_diverged")
             except ApiError as e:
-                requests_total.labels(str(e.status)).inc()
+                metrics.requests.labels(str(e.status)).inc()
                 counted = True
                 yield sse(e.body())
                 yield "data: [DONE]\n\n"
                 return
-            requests_total.labels("200").inc()
+            metrics.requests.labels("200").inc()
             counted = True
             if rest:
                 yield sse(content_chunk(request_id, req.model, rest))
@@ -269,7 +255,7 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
             yield "data: [DONE]\n\n"
         except (asyncio.CancelledError, GeneratorExit):
             if not counted:
-                requests_total.labels("499").inc()  # the client went away; the workflow runs on and is logged
+                metrics.requests.labels("499").inc()  # the client went away; the workflow runs on and is logged
             raise
         finally:
             replies.abandon(request_id)  # later responses for a client that left are dropped, not queued
