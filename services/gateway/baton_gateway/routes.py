@@ -1,0 +1,276 @@
+"""The gateway's HTTP API: OpenAI's chat completions (a JSON answer or a stream of chunks) and model
+list, Baton's feedback, the OpenAPI document, and every error in OpenAI's shape."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+from opentelemetry import propagate, trace
+from opentelemetry.trace import Span, Tracer
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from baton.v1 import requests_pb2, responses_pb2
+from baton_gateway.admission import Admission
+from baton_gateway.api import (
+    EVAL_SCOPE,
+    ApiError,
+    budget_from,
+    completion_body,
+    opening_chunk,
+    parse_chat_request,
+    parse_feedback,
+    sse,
+    summary_header,
+    wants_eval,
+)
+from baton_gateway.auth import Gatekeeper, Principal
+from baton_gateway.metrics import GatewayMetrics
+from baton_gateway.openapi import openapi_document
+from baton_gateway.params import ChatCompletionRequest, answer_options, messages_proto
+from baton_gateway.replies import INTERIM, Replies
+from baton_gateway.streaming import ClosingStreamingResponse, StreamedAnswer, closing_chunks, content_chunk
+from baton_platform.config import GatewayConfig
+from baton_platform.consumer import Publisher
+
+# Workflow errors that mean time ran out: 504, as a gateway answers for a slow upstream; others 502.
+TIMEOUT_CODES = {"step_timeout", "deadline_exceeded"}
+
+
+class Api:
+    def __init__(self, settings: GatewayConfig, tracer: Tracer, gate: Gatekeeper, replies: Replies,
+                 admission: Admission, metrics: GatewayMetrics, models: set[str], *,
+                 requests_out: Publisher, feedback_out: Publisher) -> None:
+        self._gw, self._tracer, self._gate, self._replies = settings, tracer, gate, replies
+        self._admission, self._metrics, self._models = admission, metrics, models
+        self._requests_out, self._feedback_out = requests_out, feedback_out
+        self._schemas: dict[frozenset[str], dict] = {}
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+            Route("/v1/models", self.list_models, methods=["GET"]),
+            Route("/v1/feedback", self.feedback, methods=["POST"]),
+            Route("/openapi.json", self.openapi, methods=["GET"]),
+        ]
+
+    async def chat_completions(self, request: Request) -> Response:
+        started = time.perf_counter()
+        with self._tracer.start_as_current_span("POST /v1/chat/completions", kind=trace.SpanKind.SERVER,
+                                                context=propagate.extract(request.headers)) as span:
+            principal = None
+            try:
+                principal = self._authorize(request, "chat")
+                # Before the body is read: shedding must cost next to nothing.
+                try:
+                    self._admission.admit(self._replies.waiting)
+                except ApiError:
+                    self._metrics.shed.inc()
+                    raise
+                req = parse_chat_request(await self._read_body(request),
+                                         set(self._gate.visible_models(principal, self._models)))
+                if wants_eval(req.metadata):
+                    self._gate.require(principal, EVAL_SCOPE)
+                request_id, waiter, deadline = await self._ask(req, principal, span)
+            except ApiError as e:
+                self._metrics.requests.labels(str(e.status)).inc()
+                if principal is not None:
+                    self._metrics.tenant_requests.labels(principal.tenant,
+                                                         e.code if e.status == 429 else "rejected").inc()
+                span.set_attribute("http.response.status_code", e.status)
+                return error_response(e)
+            if req.stream:
+                return ClosingStreamingResponse(self._stream(req, request_id, waiter, deadline),
+                                                media_type="text/event-stream", headers={"x-baton-request-id": request_id})
+            try:
+                response = await self._final_response(request_id, waiter, deadline)
+            except ApiError as e:
+                self._metrics.requests.labels(str(e.status)).inc()
+                span.set_attribute("http.response.status_code", e.status)
+                return JSONResponse(e.body(), status_code=e.status)
+            span.set_attribute("http.response.status_code", 200)
+            self._metrics.requests.labels("200").inc()
+            self._metrics.latency.observe(time.perf_counter() - started)
+            headers = {"x-baton-request-id": request_id, "x-baton-workflow": summary_header(response)}
+            return JSONResponse(completion_body(request_id, req.model, response), headers=headers)
+
+    async def _ask(self, req: ChatCompletionRequest, principal: Principal,
+                   span: Span) -> tuple[str, asyncio.Queue[responses_pb2.Response], float]:
+        """Publish `req` on baton.requests; returns its id, the queue its replies arrive on, and its deadline
+        (on the monotonic clock)."""
+        gw = self._gw
+        if len(req.messages) > gw.max_messages:
+            raise ApiError(400, f"at most {gw.max_messages} messages are accepted", param="messages")
+        partition = self._replies.reply_partition()
+        if partition is None:
+            raise ApiError(503, "the gateway is not ready yet; retry shortly", type="service_unavailable")
+        request_id = uuid.uuid4().hex
+        span.set_attribute("baton.request_id", request_id)
+        now_ms = int(time.time() * 1000)
+        msg = requests_pb2.ChatRequest(
+            request_id=request_id, policy=req.model,
+            messages=messages_proto(req), answer=answer_options(req),
+            max_tokens=req.max_completion_tokens or req.max_tokens or 0,
+            metadata=req.metadata or {}, created_unix_ms=now_ms,
+            deadline_unix_ms=now_ms + int(gw.request_timeout_s * 1000), reply_partition=partition,
+            tenant=principal.tenant)
+        if req.temperature is not None:
+            msg.temperature = req.temperature
+        msg.budget.CopyFrom(budget_from(req.metadata or {}))
+        msg.stream = bool(req.stream)
+        self._gate.admit(principal)  # last: a request refused for another reason uses none of the key's rate
+        waiter = self._replies.expect(request_id, partition)
+        self._gate.opened(request_id, principal)
+        # The deadline runs from here, publish included: a broker that is slow to take the
+        # request (restarting, say) must not push the client's answer past it.
+        deadline = time.monotonic() + gw.request_timeout_s
+        try:
+            await asyncio.wait_for(self._requests_out.send(msg, key=request_id),
+                                   max(0.0, deadline - time.monotonic()))
+        except Exception as e:  # noqa: BLE001 - the broker is unreachable: say so, keep nothing
+            self._replies.abandon(request_id)
+            raise ApiError(503, f"the request could not be queued ({type(e).__name__}); retry shortly",
+                           type="service_unavailable") from None
+        return request_id, waiter, deadline
+
+    async def _next_response(self, request_id: str, waiter: asyncio.Queue[responses_pb2.Response],
+                             deadline: float) -> responses_pb2.Response:
+        try:
+            return await asyncio.wait_for(waiter.get(), max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            self._replies.abandon(request_id)
+            raise ApiError(504, f"no answer within {self._gw.request_timeout_s:g} s (request {request_id})",
+                           type="server_error", code="timeout") from None
+
+    async def _final_response(self, request_id: str, waiter: asyncio.Queue[responses_pb2.Response],
+                              deadline: float) -> responses_pb2.Response:
+        while True:
+            response = await self._next_response(request_id, waiter, deadline)
+            if response.WhichOneof("outcome") not in INTERIM:
+                return check_final(request_id, response)
+
+    async def _stream(self, req: ChatCompletionRequest, request_id: str, waiter: asyncio.Queue[responses_pb2.Response],
+                      deadline: float) -> AsyncIterator[str]:
+        """OpenAI chat.completion.chunk events: the answer's text as its step produces it, reconciled
+        with the final answer (baton_gateway.streaming); workflow progress travels as SSE comments,
+        which standard parsers skip."""
+        answer, counted = StreamedAnswer(), False
+        try:
+            yield sse(opening_chunk(request_id, req.model))
+            try:
+                while True:
+                    response = await self._next_response(request_id, waiter, deadline)
+                    kind = response.WhichOneof("outcome")
+                    if kind == "delta":
+                        if text := answer.accept(response.delta):
+                            yield sse(content_chunk(request_id, req.model, text))
+                        continue
+                    if kind != "progress":
+                        break
+                    p = response.progress
+                    yield f": baton step {p.step + 1}/{p.steps} {p.worker} {p.state}\n\n"
+                check_final(request_id, response)
+                rest = answer.finish(response.answer)
+                if rest is None:
+                    raise ApiError(502, "the answer changed after part of it was streamed (a retried or fallback "
+                                        f"provider call); repeat the request to get it whole (request {request_id})",
+                                   type="server_error", code="stream_diverged")
+            except ApiError as e:
+                self._metrics.requests.labels(str(e.status)).inc()
+                counted = True
+                yield sse(e.body())
+                yield "data: [DONE]\n\n"
+                return
+            self._metrics.requests.labels("200").inc()
+            counted = True
+            if rest:
+                yield sse(content_chunk(request_id, req.model, rest))
+            include_usage = bool(req.stream_options and req.stream_options.include_usage)
+            for chunk in closing_chunks(request_id, req.model, response, include_usage):
+                yield sse(chunk)
+            yield "data: [DONE]\n\n"
+        except (asyncio.CancelledError, GeneratorExit):
+            if not counted:
+                self._metrics.requests.labels("499").inc()  # the client went away; the workflow runs on and is logged
+            raise
+        finally:
+            self._replies.abandon(request_id)  # later responses for a client that left are dropped, not queued
+
+    async def feedback(self, request: Request) -> Response:
+        try:
+            self._authorize(request, "feedback")
+            fb = parse_feedback(await self._read_body(request))
+            try:
+                await self._feedback_out.send(fb, key=fb.response_id)
+            except Exception as e:  # noqa: BLE001 - the broker is unreachable: say so
+                raise ApiError(503, f"the feedback could not be queued ({type(e).__name__}); retry shortly",
+                               type="service_unavailable") from None
+        except ApiError as e:
+            return error_response(e)
+        return JSONResponse({"object": "feedback", "response_id": fb.response_id, "accepted": True}, status_code=202)
+
+    async def list_models(self, request: Request) -> Response:
+        try:
+            principal = self._authorize(request, "chat")
+        except ApiError as e:
+            return error_response(e)
+        return JSONResponse({"object": "list", "data": [
+            {"id": m, "object": "model", "created": 0, "owned_by": "baton"}
+            for m in self._gate.visible_models(principal, self._models)]})
+
+    async def openapi(self, request: Request) -> Response:
+        # Regenerated only when a policy version is published.
+        key = frozenset(self._models)
+        if key not in self._schemas:
+            self._schemas.clear()
+            self._schemas[key] = openapi_document(key)
+        return JSONResponse(self._schemas[key])
+
+    def _authorize(self, request: Request, scope: str) -> Principal:
+        return self._gate.authenticate(request.headers.get("authorization"), scope)
+
+    async def _read_body(self, request: Request) -> bytes:
+        limit = self._gw.max_body_bytes
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > limit:
+            raise ApiError(413, f"the request body is larger than {limit} bytes", code="request_too_large")
+        body = bytearray()
+        async for chunk in request.stream():
+            body.extend(chunk)
+            if len(body) > limit:
+                raise ApiError(413, f"the request body is larger than {limit} bytes", code="request_too_large")
+        return bytes(body)
+
+
+def check_final(request_id: str, response: responses_pb2.Response) -> responses_pb2.Response:
+    """`response`, a request's final one, unless it is a workflow error: then the ApiError it answers."""
+    if response.WhichOneof("outcome") == "error":
+        status = 504 if response.error.code in TIMEOUT_CODES else 502
+        raise ApiError(status, f"the workflow failed: {response.error.message} (request {request_id})",
+                       type="server_error", code=response.error.code)
+    return response
+
+
+def error_response(e: ApiError) -> JSONResponse:
+    return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)  # registered for HTTPException only
+    # OpenAI's shape for an unknown path or method too, so every error a client sees parses alike.
+    message = f"Invalid URL ({request.method} {request.url.path})" if exc.status_code == 404 else exc.detail
+    return JSONResponse(ApiError(exc.status_code, message).body(), status_code=exc.status_code,
+                        headers=getattr(exc, "headers", None))
+
+
+async def server_error(request: Request, exc: Exception) -> Response:
+    return JSONResponse(ApiError(500, "The server had an error while processing your request.",
+                                 type="server_error").body(), status_code=500)
+
+
+EXCEPTION_HANDLERS = {HTTPException: http_error, Exception: server_error}
