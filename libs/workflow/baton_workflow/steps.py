@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 from baton.v1 import common_pb2, requests_pb2, responses_pb2, tasks_pb2, workflow_pb2
 from baton_workflow.context import query_text, step_messages, turn
+from baton_workflow.errors import WorkflowError
 from baton_workflow.plan import Plan
 
 
@@ -60,7 +61,7 @@ def record_step(episode: responses_pb2.Episode, step: int, worker: str, attempt:
 
 def step_failure(step: int, worker: str, error: common_pb2.Error) -> common_pb2.Error:
     """The request's error when a step failed for good (no fallback left)."""
-    return common_pb2.Error(code="step_failed", message=f"step {step + 1} ({worker}) failed: {error.message}")
+    return common_pb2.Error(code=WorkflowError.STEP_FAILED, message=f"step {step + 1} ({worker}) failed: {error.message}")
 
 
 def copy_answer_fields(into: responses_pb2.Response | workflow_pb2.StepCompleted,

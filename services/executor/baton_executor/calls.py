@@ -24,6 +24,7 @@ from baton_executor.providers.base import Provider, ProviderCall, ProviderError,
 from baton_executor.providers.sim import SimProvider
 from baton_platform.config import WorkerConfig
 from baton_workflow import turn
+from baton_workflow.errors import WorkflowError
 
 
 def _retryable(e: BaseException) -> bool:
@@ -81,7 +82,7 @@ class StepRunner:
         except ProviderError as e:
             event.step_failed.CopyFrom(workflow_pb2.StepFailed(
                 task_id=task.task_id, step=task.step, attempt=task.attempt, worker=task.worker,
-                error=common_pb2.Error(code="provider_error", message=e.reason), retryable=e.retryable,
+                error=common_pb2.Error(code=WorkflowError.PROVIDER_ERROR, message=e.reason), retryable=e.retryable,
                 latency_ms=(time.perf_counter() - started) * 1000))
             return event
         usage = common_pb2.Usage(input_tokens=reply.input_tokens, output_tokens=reply.output_tokens,

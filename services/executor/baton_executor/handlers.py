@@ -39,6 +39,7 @@ from baton_platform.consumer import Record
 from baton_platform.kafka import client_options, partition_ids, read_since
 from baton_platform.messages import PoisonMessage
 from baton_platform.service import Service
+from baton_workflow.errors import WorkflowError
 from baton_workflow.steps import one_step_response
 
 log = logging.getLogger(__name__)
@@ -139,7 +140,7 @@ class TaskConsumer:
                 log.exception("task %s failed in the executor", task.task_id)
                 event = workflow_pb2.WorkflowEvent(request_id=task.request_id, step_failed=workflow_pb2.StepFailed(
                     task_id=task.task_id, step=task.step, attempt=task.attempt, worker=task.worker,
-                    error=common_pb2.Error(code="executor_error", message=f"the executor failed: {type(e).__name__}"),
+                    error=common_pb2.Error(code=WorkflowError.EXECUTOR_ERROR, message=f"the executor failed: {type(e).__name__}"),
                     retryable=False))
             if deltas is not None:
                 try:

@@ -37,9 +37,7 @@ from baton_gateway.replies import INTERIM, Replies
 from baton_gateway.streaming import ClosingStreamingResponse, StreamedAnswer, closing_chunks, content_chunk
 from baton_platform.config import GatewayConfig
 from baton_platform.consumer import Publisher
-
-# Workflow errors that mean time ran out: 504, as a gateway answers for a slow upstream; others 502.
-TIMEOUT_CODES = {"step_timeout", "deadline_exceeded"}
+from baton_workflow.errors import TIMEOUTS
 
 
 class Api:
@@ -250,7 +248,8 @@ class Api:
 def check_final(request_id: str, response: responses_pb2.Response) -> responses_pb2.Response:
     """`response`, a request's final one, unless it is a workflow error: then the ApiError it answers."""
     if response.WhichOneof("outcome") == "error":
-        status = 504 if response.error.code in TIMEOUT_CODES else 502
+        # Time ran out: 504, as a gateway answers for a slow upstream; other workflow errors 502.
+        status = 504 if response.error.code in TIMEOUTS else 502
         raise ApiError(status, f"the workflow failed: {response.error.message} (request {request_id})",
                        type="server_error", code=response.error.code)
     return response

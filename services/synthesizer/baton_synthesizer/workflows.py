@@ -31,6 +31,7 @@ from baton.v1 import common_pb2, feedback_pb2, requests_pb2, responses_pb2, task
 from baton_platform.config import ConfigWatch, JudgeConfig, SynthesizerConfig, WorkerConfig
 from baton_synthesizer.judge import best, judge_messages, parse_scores
 from baton_workflow import CONDUCTOR, Plan, from_proto, query_text, readable_steps, ready_steps, turn
+from baton_workflow.errors import WorkflowError
 from baton_workflow.steps import answer_options, copy_answer_fields, record_step, step_failure, step_task
 
 log = logging.getLogger(__name__)
@@ -248,7 +249,7 @@ class Workflows:
             return [self._finish(run, error=failure)]
         unknown = self._unknown(run.plan.workers)
         if unknown:
-            return [self._finish(run, error=common_pb2.Error(code="unknown_worker", message=(
+            return [self._finish(run, error=common_pb2.Error(code=WorkflowError.UNKNOWN_WORKER, message=(
                 f"the plan names {', '.join(map(repr, unknown))}, which the synthesizer's configuration does not "
                 "list")))]
         if len(run.done) == run.plan.steps:
@@ -257,7 +258,7 @@ class Workflows:
         ready = ready_steps(run.plan, set(run.done), run.started)
         over = self._over_budget(run, len(ready))
         if over:
-            return [self._finish(run, error=common_pb2.Error(code="budget_exceeded", message=over))]
+            return [self._finish(run, error=common_pb2.Error(code=WorkflowError.BUDGET_EXCEEDED, message=over))]
         dispatches = [self._dispatch(run, i, run.plan.workers[i], 1) for i in ready]
         return dispatches + self._progress(run, [(i, "started") for i in ready])
 
@@ -310,10 +311,10 @@ class Workflows:
             late = [i for i, t in run.dispatched_ms.items() if i not in run.done and now - t > self._timeout_ms(run, i)]
             if late:
                 i = late[0]
-                error = common_pb2.Error(code="step_timeout", message=(
+                error = common_pb2.Error(code=WorkflowError.STEP_TIMEOUT, message=(
                     f"step {i + 1} ({run.workers[i]}) was not answered within {self._timeout_ms(run, i) / 1000:g} s"))
             elif run.request.deadline_unix_ms and now > run.request.deadline_unix_ms:
-                error = common_pb2.Error(code="deadline_exceeded", message="the request's deadline passed")
+                error = common_pb2.Error(code=WorkflowError.DEADLINE_EXCEEDED, message="the request's deadline passed")
             else:
                 continue
             if late and self._judges(run):
