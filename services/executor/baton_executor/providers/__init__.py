@@ -1,13 +1,7 @@
 """LLM provider adapters: one small httpx client per API, behind one contract."""
 
-from .base import (
-    PROVIDER_KINDS,
-    Provider,
-    ProviderCall,
-    ProviderError,
-    ProviderReply,
-    build_provider,
-)
+from .base import Provider, ProviderCall, ProviderError, ProviderReply
+from .registry import PROVIDER_KINDS, build_provider
 
 __all__ = [
     "PROVIDER_KINDS",

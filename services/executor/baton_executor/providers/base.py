@@ -10,12 +10,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-import httpx
-
-# The providers that speak an HTTP API (every configured provider but `sim`, which answers from a
-# recorded matrix); the names are the configuration's (baton_platform.config.PROVIDERS).
-PROVIDER_KINDS = ("openai", "openai_compatible", "anthropic", "gemini")
-
 
 @dataclass(frozen=True)
 class ToolSpec:
@@ -169,60 +163,6 @@ class Provider(Protocol):
     async def complete(self, call: ProviderCall) -> ProviderReply: ...
 
     async def aclose(self) -> None: ...
-
-
-def build_provider(
-    kind: str,
-    *,
-    base_url: str | None,
-    api_key: str | None,
-    stream: bool = False,
-    client: httpx.AsyncClient | None = None,
-    max_output_tokens_default: int | None = 1024,
-) -> Provider:
-    """Create the adapter for ``kind``.
-
-    ``client`` is borrowed, never closed by the adapter; without one the
-    adapter owns a private client that ``aclose`` releases.
-    ``max_output_tokens_default`` applies when a call has no ``max_tokens``;
-    ``None`` leaves the provider's own default where the API allows that
-    (Anthropic requires the field, so it falls back to 1024 there).
-    """
-    # Imported here because the adapter modules import this one.
-    if kind in ("openai", "openai_compatible"):
-        from .openai import OpenAIProvider
-
-        if kind == "openai_compatible" and not base_url:
-            raise ValueError("provider kind 'openai_compatible' needs a base_url (e.g. http://vllm:8000/v1)")
-        return OpenAIProvider(
-            base_url=base_url,
-            api_key=api_key,
-            stream=stream,
-            client=client,
-            max_output_tokens_default=max_output_tokens_default,
-            compatible=(kind == "openai_compatible"),
-        )
-    if kind == "anthropic":
-        from .anthropic import AnthropicProvider
-
-        return AnthropicProvider(
-            base_url=base_url,
-            api_key=api_key,
-            stream=stream,
-            client=client,
-            max_output_tokens_default=max_output_tokens_default,
-        )
-    if kind == "gemini":
-        from .gemini import GeminiProvider
-
-        return GeminiProvider(
-            base_url=base_url,
-            api_key=api_key,
-            stream=stream,
-            client=client,
-            max_output_tokens_default=max_output_tokens_default,
-        )
-    raise ValueError(f"unknown provider kind {kind!r}; expected one of {', '.join(PROVIDER_KINDS)}")
 
 
 # --- helpers shared by the adapters -------------------------------------------------

@@ -1,20 +1,59 @@
 """The provider registry: which adapter answers for each provider the configuration names.
 
-One entry per name of `baton_platform.config.PROVIDERS` (a test checks they agree): the HTTP APIs
-through `build_provider`, and `sim`, which answers from a recorded outcome matrix.
+One entry per name of `baton_platform.config.PROVIDERS` (a test checks they agree): the HTTP APIs,
+each built by `build_provider`, and `sim`, which answers from a recorded outcome matrix.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 
 import httpx
 
-from baton_executor.providers.base import PROVIDER_KINDS, Provider, build_provider
+from baton_executor.providers.anthropic import AnthropicProvider
+from baton_executor.providers.base import Provider
+from baton_executor.providers.gemini import GeminiProvider
+from baton_executor.providers.openai import OpenAIProvider
 from baton_executor.providers.sim import OutcomeMatrix, SimProvider
 from baton_platform.config import WorkerConfig
+
+# The providers that speak an HTTP API (every configured provider but `sim`), and their adapters.
+HTTP_ADAPTERS: dict[str, Callable[..., Provider]] = {
+    "openai": partial(OpenAIProvider, compatible=False),
+    "openai_compatible": partial(OpenAIProvider, compatible=True),
+    "anthropic": AnthropicProvider,
+    "gemini": GeminiProvider,
+}
+PROVIDER_KINDS = tuple(HTTP_ADAPTERS)
+
+
+def build_provider(
+    kind: str,
+    *,
+    base_url: str | None,
+    api_key: str | None,
+    stream: bool = False,
+    client: httpx.AsyncClient | None = None,
+    max_output_tokens_default: int | None = 1024,
+) -> Provider:
+    """Create the adapter for ``kind``.
+
+    ``client`` is borrowed, never closed by the adapter; without one the
+    adapter owns a private client that ``aclose`` releases.
+    ``max_output_tokens_default`` applies when a call has no ``max_tokens``;
+    ``None`` leaves the provider's own default where the API allows that
+    (Anthropic requires the field, so it falls back to 1024 there).
+    """
+    adapter = HTTP_ADAPTERS.get(kind)
+    if adapter is None:
+        raise ValueError(f"unknown provider kind {kind!r}; expected one of {', '.join(PROVIDER_KINDS)}")
+    if kind == "openai_compatible" and not base_url:
+        raise ValueError("provider kind 'openai_compatible' needs a base_url (e.g. http://vllm:8000/v1)")
+    return adapter(base_url=base_url, api_key=api_key, stream=stream, client=client,
+                   max_output_tokens_default=max_output_tokens_default)
 
 
 class MissingApiKey(ValueError):
