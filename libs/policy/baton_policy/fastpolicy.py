@@ -48,8 +48,10 @@ import scipy.sparse as sp
 from sklearn.linear_model import LogisticRegression
 
 from .aggregate import PanelAggregator, plurality
+from .choice import Choice
 from .features import TextFeaturizer
 from .matrix import OutcomeMatrix
+from .newcomers import measure_prior_scale
 from .workflows import Outcomes, Workflow, crossfit_outcomes, fit_aggregators, single
 
 # 2: the featurizer may add a packaged sentence embedding (its config names it). A version-1
@@ -59,15 +61,6 @@ READABLE_VERSIONS = (1, 2)
 
 TRUST_GRID = (0.0, 0.25, 0.5, 1.0)
 TRUST_COST_WEIGHTS = (0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0)
-
-
-@dataclass(frozen=True)
-class Choice:
-    workflow: str
-    workers: list[str]
-    propensity: float
-    kind: str = "single"
-    value: float = 0.0
 
 
 @dataclass
@@ -325,8 +318,6 @@ class Policy:
         if oof is not None:
             # The trust folds' out-of-fold predictions also tell how far a worker's chance moves from
             # query to query, which sets the prior of the online heads of workers added later.
-            from .newcomers import measure_prior_scale
-
             policy.meta["newcomer_prior_scale"] = measure_prior_scale(policy, matrix.prompts, matrix.eval_names, oof,
                                                                       outcomes.scores, seed=seed)
         return policy

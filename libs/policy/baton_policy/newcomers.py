@@ -49,11 +49,15 @@ import hashlib
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy.special import log_ndtr, ndtr, ndtri
 
-from .fastpolicy import Choice, Policy
+from .choice import Choice
+
+if TYPE_CHECKING:  # only annotations name Policy, and fastpolicy imports this module
+    from .fastpolicy import Policy
 
 BETA = 1.0  # probit noise scale: quality = Phi(w.x / BETA)
 PRIOR_VAR = 1.0  # intercept variance: quality anywhere from about 0.1 to 0.9 at two sd
