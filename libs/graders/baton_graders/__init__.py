@@ -17,44 +17,14 @@ process with a wall-clock limit; :class:`EvalRegistry` holds the operator's eval
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from ._types import Grade, GradingError
 from .choice import extract_choice, grade_choice
 from .code import SandboxUnavailable, extract_code, grade_code
+from .evalsets import EVAL_METADATA_KEY, EvalItem, EvalRegistry, EvalSetError
+from .isolation import IsolatedGrader
 from .math_answer import extract_math_answer, grade_math, parse_number
+from .registry import GRADERS, MAX_ANSWER_CHARS, grade
 from .text import grade_exact, grade_regex
-
-GraderFn = Callable[..., Grade]
-
-# Longer answers are not graded at all: every grader stays fast on anything below this.
-MAX_ANSWER_CHARS = 1_000_000
-
-GRADERS: dict[str, GraderFn] = {
-    "math": grade_math,
-    "choice": grade_choice,
-    "code": grade_code,
-    "exact": grade_exact,
-    "regex": grade_regex,
-}
-
-
-def grade(grader: str, answer: str, reference: str, **opts) -> Grade:
-    """Grade ``answer`` against ``reference`` with the named grader."""
-    fn = GRADERS.get(grader)
-    if fn is None:
-        known = ", ".join(sorted(GRADERS))
-        raise ValueError(f"unknown grader {grader!r}; known graders: {known}")
-    if answer is None:
-        answer = ""
-    answer, reference = str(answer), str(reference)
-    if len(answer) > MAX_ANSWER_CHARS:
-        raise GradingError(f"answer of {len(answer)} characters is too long to grade (limit {MAX_ANSWER_CHARS})")
-    return fn(answer, reference, **opts)
-
-
-from .evalsets import EVAL_METADATA_KEY, EvalItem, EvalRegistry, EvalSetError  # noqa: E402 - uses GRADERS
-from .isolation import IsolatedGrader  # noqa: E402 - uses grade()
 
 __all__ = [
     "EVAL_METADATA_KEY",

@@ -31,6 +31,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .registry import GRADERS
+
 # The metadata key a client names an item with: "SET:ID".
 EVAL_METADATA_KEY = "baton_eval"
 SET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -139,8 +141,6 @@ def _first(row: dict, *names: str):
 
 
 def load_eval_set(source: EvalSetSource) -> dict[str, EvalItem]:
-    from baton_graders import GRADERS
-
     if not SET_NAME.match(source.name):
         raise EvalSetError(f"evaluation set name {source.name!r} must match {SET_NAME.pattern} (no ':')")
     if source.grader is not None and source.grader not in GRADERS:
