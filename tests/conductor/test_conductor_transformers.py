@@ -91,3 +91,27 @@ async def test_a_plan_cut_off_at_the_token_limit_is_reported_with_its_log_probs(
         backend.settings = settings
     assert len(err.value.token_logprobs) == 16 and all(lp <= 0 for lp in err.value.token_logprobs)
     assert err.value.text.startswith('{"model_id": [')
+
+
+async def test_the_shared_prefix_is_cached_once_and_changes_no_plan(conductor):
+    """Every prompt opens with the system message; its keys and values are computed at load and reused,
+    padding sits between the prefix and each question, and the greedy plans and their log-probs are
+    those of the whole prompts run without the cache."""
+    backend, _, _ = conductor
+    loaded, settings = backend._loaded, backend.settings
+    conversations = [backend.prompter.chat_messages(q) for q in real_questions(3)]
+    prefix = loaded.prefix
+    assert prefix.cache is not None and len(prefix.ids) > 200  # the cards and the rules
+    backend.settings = settings.model_copy(update={"temperature": 0.0})
+    try:
+        cached = backend.generate(conversations)
+        kept, prefix.cache = prefix.cache, None
+        try:
+            plain = backend.generate(conversations)
+        finally:
+            prefix.cache = kept
+    finally:
+        backend.settings = settings
+    assert [s.text for s in cached] == [s.text for s in plain]
+    for a, b in zip(cached, plain):
+        assert a.token_logprobs == pytest.approx(b.token_logprobs, abs=1e-3)

@@ -51,6 +51,11 @@ class Prompter:
         return conductor_messages(conversation(request), self.cards, self.bounds, example=self._example,
                                   max_query_chars=self._max_query_chars, inner=inner)
 
+    def chat_messages(self, question: str) -> list[dict[str, str]]:
+        """The messages of a plain request asking `question` (no tools, not an inner call)."""
+        return conductor_messages([{"role": "user", "content": question}], self.cards, self.bounds,
+                                  example=self._example, max_query_chars=self._max_query_chars)
+
     def parse(self, text: str, bounds: PlanBounds | None = None) -> Plan:
         """The plan in `text`, with worker names; ConductorOutputError when it is not one."""
         return parse_plan(text, self.worker_names, bounds or self.bounds)

@@ -161,6 +161,44 @@ class _Loaded:
                 self.grammars[inner] = compiler.compile_json_schema(json.dumps(plan_json_schema(bounds)),
                                                                     any_whitespace=False)
         self.eos_ids = set(_as_list(self.model.generation_config.eos_token_id)) | {self.tokenizer.eos_token_id}
+        self.prefix = SharedPrefix(self, prompter)
+
+
+class SharedPrefix:
+    """The tokens every conductor prompt opens with (the system message: the pool's cards and the rules),
+    and their keys and values, computed once at load. A batch then runs only its questions through the
+    model: the prefix is most of a prompt, and on a CPU the prompt, not the plan, is most of the time."""
+
+    def __init__(self, loaded: _Loaded, prompter: PlanPrompter) -> None:
+        import torch
+        from transformers.cache_utils import DynamicCache
+
+        self._torch, self._cache_type = torch, DynamicCache
+        texts = [loaded.tokenizer.apply_chat_template(prompter.chat_messages(q), tokenize=False,
+                                                      add_generation_prompt=True) for q in ("a", "b")]
+        a, b = (loaded.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts)
+        shared = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        self.ids: list[int] = a[:max(shared - 1, 0)]  # the last shared token may belong to the question
+        self.cache = None
+        if self.ids:
+            with torch.inference_mode():
+                out = loaded.model(input_ids=torch.tensor([self.ids], device=loaded.device), use_cache=True)
+            self.cache = out.past_key_values
+
+    def split(self, prompts: list[list[int]]) -> list[list[int]] | None:
+        """Each prompt's tokens after the prefix; None when one does not open with it."""
+        n = len(self.ids)
+        if self.cache is None or any(p[:n] != self.ids or len(p) <= n for p in prompts):
+            return None
+        return [p[n:] for p in prompts]
+
+    def for_batch(self, size: int):
+        """A cache holding the prefix once per row of a batch of `size`."""
+        assert self.cache is not None  # `split` said the prefix is cached
+        cache = self._cache_type()
+        for i, layer in enumerate(self.cache.layers):
+            cache.update(layer.keys.expand(size, -1, -1, -1), layer.values.expand(size, -1, -1, -1), i)
+        return cache
 
 
 def _converted_dir(cache_dir: Path | None, path: Path, gguf: str | None) -> Path | None:
@@ -381,7 +419,7 @@ class TransformersConductor:
         prompts = [tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True)
                    for m in conversations]
         # The chat template already wrote the special tokens.
-        inputs = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(loaded.device)
+        inputs, cache = self._inputs(loaded, [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts])
         sampling = settings.temperature > 0
         options = {"do_sample": True, "temperature": settings.temperature, "top_p": settings.top_p,
                    "top_k": settings.top_k} if sampling else {"do_sample": False}
@@ -395,6 +433,7 @@ class TransformersConductor:
                 pad_token_id=tokenizer.pad_token_id,
                 return_dict_in_generate=True,
                 output_scores=True,  # after the mask and temperature: the sampling log-probs
+                **({"cache": cache} if cache is not None else {}),
                 **options,
             )
         self.generate_calls += 1
@@ -422,6 +461,22 @@ class TransformersConductor:
                 finished=end is not None,
             ))
         return samples
+
+    @staticmethod
+    def _inputs(loaded: _Loaded, prompts: list[list[int]]):
+        """The batch's token ids and attention mask, and the cache to start from. With the shared prefix
+        cached, each row is the prefix, padding, then its own tokens (positions follow the mask, so the
+        padding changes nothing); otherwise rows are padded on the left and nothing is cached."""
+        torch, pad = loaded.torch, loaded.tokenizer.pad_token_id
+        own = loaded.prefix.split(prompts)
+        rows = own if own is not None else prompts
+        width = max(len(r) for r in rows)
+        head = loaded.prefix.ids if own is not None else []
+        ids = [head + [pad] * (width - len(r)) + r for r in rows]
+        mask = [[1] * len(head) + [0] * (width - len(r)) + [1] * len(r) for r in rows]
+        inputs = {"input_ids": torch.tensor(ids, device=loaded.device),
+                  "attention_mask": torch.tensor(mask, device=loaded.device)}
+        return inputs, (loaded.prefix.for_batch(len(rows)) if own is not None else None)
 
     async def aclose(self) -> None:
         self._closed = True
