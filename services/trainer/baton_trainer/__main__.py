@@ -1,10 +1,10 @@
-"""``baton-trainer {replay|split|train-fast|rollback|grpo|publish-lora} ...`` (also ``python -m baton_trainer``)."""
+"""``baton-trainer {replay|split|train-fast|rollback|grpo|warm-start|heldout|publish-lora} ...`` (also ``python -m baton_trainer``)."""
 
 from __future__ import annotations
 
 import sys
 
-from . import publish_lora, replay, split, train_fast
+from . import heldout, publish_lora, replay, split, train_fast
 
 
 def _launch(argv: list[str]) -> int:
@@ -21,6 +21,12 @@ def _grpo(argv: list[str]) -> int:
     return grpo.main(argv)
 
 
+def _warm_start(argv: list[str]) -> int:
+    from . import warmstart  # torch and peft load only for this command
+
+    return warmstart.main(argv)
+
+
 COMMANDS = {
     "replay": replay.main,
     "split": split.main,
@@ -28,6 +34,8 @@ COMMANDS = {
     "rollback": lambda argv: train_fast.main(argv, "rollback"),
     "launch-grpo": lambda argv: _launch(argv),
     "grpo": _grpo,
+    "warm-start": _warm_start,
+    "heldout": heldout.main,
     "publish-lora": publish_lora.main,
 }
 
