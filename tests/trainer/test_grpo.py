@@ -410,17 +410,18 @@ def table_with_the_adapter(tmp_path, cfg_path, base_dir, adapter) -> None:
     with redirect_stdout(out):
         code = table_main(["--config", str(cfg_path), "--train", str(tmp_path / "train.csv"), "--test",
                            str(tmp_path / "test.csv"), "--rows", "6", "--model", str(base_dir), "--adapter",
-                           f"grpo={adapter}", "--report", str(report), "--json"])
+                           f"GRPO={adapter}", "--latency-rows", "2", "--report", str(report), "--json"])
     assert code == 0, out.getvalue()
     result = json.loads(out.getvalue())
     table = result["table"]
     names = list(table)
     assert names[0] == "static plan" and names[1].startswith("best single (")
-    assert names[2:] == ["fast policy (W=0)", "LLM conductor, untrained", "LLM conductor, GRPO grpo"]
+    assert names[2:] == ["fast policy (W=0)", "LLM conductor, untrained", "LLM conductor, GRPO"]
     pro = statistics.mean(float(r["gemini-1.5-pro-002"]) for r in held_out)
     assert table["static plan"]["accuracy"] == pytest.approx(pro, abs=1e-4)  # its last step is gemini-pro
-    for name in ("LLM conductor, untrained", "LLM conductor, GRPO grpo"):
+    for name in ("LLM conductor, untrained", "LLM conductor, GRPO"):
         row = table[name]
+        assert 0 < row["plan_ms_p50"] <= row["plan_ms_p99"]  # two plans timed, asked one at a time
         assert 0 <= row["own_accuracy"] <= row["accuracy"] <= 1
         assert row["valid_share"] == 1.0  # the router's grammar: every plan parses and passes its rules
         assert row["calls_per_query"] >= 1

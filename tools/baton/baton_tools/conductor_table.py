@@ -4,15 +4,18 @@
         [--rows 200] [--cost-weight W] [--model DIR] [--adapter NAME=DIR ...] [--report DIR] [--json]
 
 Rows of the table, each scored on the first `--rows` rows of TEST as the config's worker pool sees
-them (`pool_matrix`: one column per worker, each call priced in USD with the worker's prices):
+them (`pool_matrix`: one column per worker, each call priced in USD with the worker's prices; a worker
+the matrix does not record, such as a local model, is scored wrong at no cost):
 
 - the static plan: `conductor.plan`, the same workflow for every query;
 - the best single worker of the pool, on these rows;
 - the fast policy, trained on TRAIN with cost weight W (`baton eval replay`'s policy, on the pool);
-- the LLM conductor untrained (`--model`, else the config's), and once per `--adapter` (a GRPO LoRA
-  adapter from `baton-trainer grpo`). Its plans are written by the router's own transformers backend,
-  prompt, grammar and all, decoding greedily (`--temperature`); a plan the router would refuse is
-  replaced by `conductor.fallback_plan`, as the router does, and counted as invalid.
+- the LLM conductor untrained (`--model`, else the config's), and once per `--adapter` (a LoRA adapter
+  from `baton-trainer warm-start` or `grpo`). Its plans are written by the router's own transformers
+  backend, prompt, grammar and all, decoding greedily (`--temperature`); a plan the router would refuse
+  is replaced by `conductor.fallback_plan`, as the router does, and counted as invalid. Its plan
+  latency is measured on the first `--latency-rows` questions asked one at a time, as a lone client
+  would wait for them; the table's plans are written in batches.
 
 A plan is scored as replay scores it: its answer is its last worker's recorded answer, it costs the sum
 of its steps' recorded costs, and every step is a call. For the LLM rows, `accuracy` is what the router
@@ -56,9 +59,11 @@ def score_plans(pool, plans: Sequence[Sequence[str]], wrong: Sequence[bool] | No
     column = {name: j for j, name in enumerate(pool.models)}
     scores, costs, calls = [], [], []
     for i, workers in enumerate(plans):
-        ran = [column[w] for w in workers if w != CONDUCTOR]
-        scores.append(pool.scores[i, ran[-1]] if ran and not (wrong and wrong[i]) else 0.0)
-        costs.append(sum(pool.costs[i, j] for j in ran))
+        ran = [w for w in workers if w != CONDUCTOR]
+        # A worker the matrix does not record (a local model) is scored wrong, at no cost.
+        last = column.get(ran[-1]) if ran else None
+        scores.append(pool.scores[i, last] if last is not None and not (wrong and wrong[i]) else 0.0)
+        costs.append(sum(pool.costs[i, column[w]] for w in ran if w in column))
         calls.append(len(ran))
     return {"accuracy": _r(np.mean(scores)), "avg_cost": _r(np.mean(costs), 6),
             "calls_per_query": _r(np.mean(calls), 3)}
@@ -80,23 +85,40 @@ def llm_config(config: BatonConfig, *, model: Path | None, adapter: Path | None,
     return BatonConfig(**data)
 
 
-async def write_plans(config: BatonConfig, questions: Sequence[str]) -> tuple[list[PlanResult], float]:
+async def write_plans(config: BatonConfig, questions: Sequence[str],
+                      latency_rows: int = 0) -> tuple[list[PlanResult], float, list[float]]:
     """What the router would run for each question: its own backend and `Planner`, so an invalid plan is
-    replaced by the safe plan exactly as when serving."""
+    replaced by the safe plan exactly as when serving. Returns the plans, the seconds they took in all
+    (asked together, so batched), and the seconds of each of the first `latency_rows` asked alone."""
     backend = build_backend(config.conductor, config.workers)
     planner = Planner(config.conductor, config.workers, backend)
     await backend.start()
-    started = time.perf_counter()
 
     def ask(i: int, text: str) -> requests_pb2.ChatRequest:
         return requests_pb2.ChatRequest(request_id=f"eval-{i}", policy="baton",
                                         messages=[common_pb2.ChatMessage(role="user", content=text)])
 
     try:
+        started = time.perf_counter()
         results = await asyncio.gather(*(planner.plan(ask(i, q)) for i, q in enumerate(questions)))
+        seconds = time.perf_counter() - started
+        alone = []
+        for i, q in enumerate(questions[:latency_rows]):
+            one = time.perf_counter()
+            await planner.plan(ask(i, q))
+            alone.append(time.perf_counter() - one)
     finally:
         await backend.aclose()
-    return list(results), time.perf_counter() - started
+    return list(results), seconds, alone
+
+
+def latency(seconds: Sequence[float]) -> dict:
+    """Plan latency p50 and p99 in milliseconds (nearest rank)."""
+    if not seconds:
+        return {}
+    ordered = sorted(seconds)
+    rank = lambda q: ordered[min(len(ordered) - 1, max(0, int(np.ceil(q * len(ordered))) - 1))]  # noqa: E731
+    return {"plan_ms_p50": _r(rank(0.5) * 1000, 1), "plan_ms_p99": _r(rank(0.99) * 1000, 1)}
 
 
 def llm_row(pool, results: Sequence[PlanResult]) -> dict:
@@ -109,13 +131,16 @@ def llm_row(pool, results: Sequence[PlanResult]) -> dict:
 
 
 def run_table(config: BatonConfig, train_path: Path, test_path: Path, *, rows: int, cost_weight: float,
-              model: Path | None, adapters: dict[str, Path], temperature: float, log=print) -> dict:
+              model: Path | None, adapters: dict[str, Path], temperature: float, latency_rows: int = 0,
+              untrained: bool = True, log=print) -> dict:
     from baton_policy.matrix import load_matrix
-    from baton_trainer.grpo_data import pool_matrix
+    from baton_trainer.grpo_data import matrix_column, pool_matrix
     from baton_trainer.replay import refuse_shared_questions, run_replay
 
-    train = pool_matrix(load_matrix(train_path), config.workers)
-    test = pool_matrix(load_matrix(test_path), config.workers)
+    train, test = load_matrix(train_path), load_matrix(test_path)
+    # The pool's workers the matrices record; the LLM conductor still plans for the whole pool.
+    scored = [w for w in config.workers if matrix_column(w, train.models) is not None]
+    train, test = pool_matrix(train, scored), pool_matrix(test, scored)
     refuse_shared_questions(train, test)
     test = test.subset(range(min(rows, len(test))))
     n = len(test)
@@ -132,11 +157,12 @@ def run_table(config: BatonConfig, train_path: Path, test_path: Path, *, rows: i
     table[f"fast policy (W={cost_weight:g})"] = {k: replay[k] for k in ("accuracy", "avg_cost", "calls_per_query")} | {
         "plans": dict(list(replay["workflow_shares"].items())[:5])}
     timing = {}
-    for label, adapter in [("LLM conductor, untrained", None), *((f"LLM conductor, GRPO {k}", v) for k, v in adapters.items())]:
+    llms = [("LLM conductor, untrained", None)] if untrained else []
+    for label, adapter in [*llms, *((f"LLM conductor, {k}", v) for k, v in adapters.items())]:
         log(f"[table] {label}: planning {n} questions")
         llm = llm_config(config, model=model, adapter=adapter, temperature=temperature)
-        results, seconds = asyncio.run(write_plans(llm, test.prompts))
-        table[label] = llm_row(test, results)
+        results, seconds, alone = asyncio.run(write_plans(llm, test.prompts, latency_rows))
+        table[label] = llm_row(test, results) | latency(alone)
         timing[label] = _r(seconds, 1)
     return {"rows": n, "test": str(test_path), "train": str(train_path), "pool": test.models,
             "cost_source": "USD per query, each call priced with the worker's configured prices",
@@ -148,14 +174,15 @@ def markdown(result: dict) -> str:
     lines = [f"{result['rows']} held-out rows of {result['test']}; pool {', '.join(result['pool'])}; "
              f"cost in {result['cost_source']}.", "",
              "| router | accuracy | its own plans' accuracy | cost per query (USD) | calls per query "
-             "| valid plans | copied example |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+             "| valid plans | copied example | plan p50 / p99 (ms) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, row in result["table"].items():
         valid = f"{row['valid_share']:.1%}" if "valid_share" in row else ""
         copied = f"{row['copied_example']:.1%}" if "copied_example" in row else ""
         own = f"{row['own_accuracy']:.4f}" if "own_accuracy" in row else ""
+        plan_ms = f"{row['plan_ms_p50']:.0f} / {row['plan_ms_p99']:.0f}" if "plan_ms_p50" in row else ""
         lines.append(f"| {name} | {row['accuracy']:.4f} | {own} | {row['avg_cost']:.6f} "
-                     f"| {row['calls_per_query']:.2f} | {valid} | {copied} |")
+                     f"| {row['calls_per_query']:.2f} | {valid} | {copied} | {plan_ms} |")
     return "\n".join(lines) + "\n"
 
 
@@ -204,7 +231,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cost-weight", type=float, default=0.0, help="the fast policy's cost weight W")
     p.add_argument("--model", type=Path, help="the LLM conductor's base model directory; unset: the config's")
     p.add_argument("--adapter", type=_adapter, action="append", default=[], metavar="NAME=DIR",
-                   help="a GRPO LoRA adapter (OUT/adapter of `baton-trainer grpo`); repeatable")
+                   help="a LoRA adapter (OUT/adapter of `baton-trainer warm-start` or `grpo`); repeatable")
+    p.add_argument("--latency-rows", type=int, default=0, help="time the LLM's plans for the first N questions "
+                   "asked one at a time (p50/p99)")
+    p.add_argument("--no-untrained", action="store_true", help="leave out the untrained LLM conductor's row")
     p.add_argument("--temperature", type=float, default=0.0, help="the LLM conductor's sampling; 0 is greedy")
     p.add_argument("--report", type=Path, metavar="DIR", help="write table.md, cost_quality.png and result.json here")
     p.add_argument("--json", action="store_true", help="print the JSON object on one line")
@@ -220,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.config)
         result = run_table(config, args.train, args.test, rows=args.rows, cost_weight=args.cost_weight,
                            model=args.model, adapters=dict(args.adapter), temperature=args.temperature,
-                           log=lambda msg: print(msg, file=sys.stderr, flush=True))
+                           latency_rows=args.latency_rows, untrained=not args.no_untrained, log=lambda msg: print(msg, file=sys.stderr, flush=True))
     except (OSError, ValueError, ConfigError, ConductorUnavailable) as exc:
         print(json.dumps({"error": str(exc)}))
         return 2
