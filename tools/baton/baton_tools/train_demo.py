@@ -5,7 +5,11 @@
 2. Training: the fast policy learns from those episodes; the gate compares it with the uniform
    policy off-policy on held-back episodes and publishes it only if it is better.
 3. Rollout: the routers load it from baton.policy without restarting.
-4. Fresh traffic (questions never seen in training) shows how the new policy does.
+4. Fresh traffic (questions never seen in training) shows how the new policy does, against uniform
+   routing on the same fresh questions. That is computed exactly rather than sent: a sim worker
+   answers as its model column of the matrix records, so uniform routing gets a fresh question
+   right with probability the mean of the workers' recorded scores on it. The report checks that
+   claim on the fresh answers themselves (each one-worker answer graded as that worker's score).
 """
 
 from __future__ import annotations
@@ -92,6 +96,31 @@ def best_single(dataset: Path, rows: list[dict]) -> dict:
     return {name: sum(float(r[col] or 0) for r in rows) / len(rows) for name, col, *_ in WORKERS}
 
 
+def uniform_chances(rows: list[dict]) -> list[float]:
+    """Per question, the chance that uniform routing (one worker, each with 1/K) answers it right:
+    the mean of the workers' recorded scores, which the sim workers answer by."""
+    return [sum(float(r[col] or 0) for _, col, *_ in WORKERS) / len(WORKERS) for r in rows]
+
+
+def chance_uniform_does_as_well(chances: list[float], right: float) -> float:
+    """P(uniform routing gets at least ``right`` of these questions right): the upper tail of the
+    sum of independent Bernoulli(chance) draws, computed exactly."""
+    import numpy as np
+
+    dist = np.ones(1)  # dist[k]: P(k right among the questions so far)
+    for p in chances:
+        dist = np.append(dist * (1 - p), 0.0) + np.append(0.0, dist * p)
+    return float(min(1.0, dist[int(np.ceil(right - 1e-9)):].sum()))
+
+
+def matrix_agreement(rows: list[dict], results: list[dict]) -> tuple[int, int]:
+    """Of the answers given by one worker alone, how many were graded as the matrix records that
+    worker's score on the question: (agreeing, one-worker answers)."""
+    column = {name: col for name, col, *_ in WORKERS}
+    alone = [(r, res) for r, res in zip(rows, results) if len(set(res["workers"])) == 1]
+    return sum(res["right"] == float(r[column[res["workers"][0]]] or 0) for r, res in alone), len(alone)
+
+
 def wait_for_version(router_port: int, version: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -115,7 +144,7 @@ def run_train_demo(run_dir: Path, n_train: int = 500, n_fresh: int = 200, out=pr
     try:
         client = openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0, timeout=120)
         out(f"1/4 traffic: {len(train_rows)} questions; the conductor has no policy yet and explores uniformly")
-        before = summary(ask_all(client, train_rows, "explore"))
+        explore = summary(ask_all(client, train_rows, "explore"))
         # Train on every episode of that traffic: a loaded machine's reward logger can lag the
         # answers by seconds, and a gate on fewer episodes is too unsure to publish.
         from baton_trainer.cluster import count_episodes
@@ -137,7 +166,7 @@ def run_train_demo(run_dir: Path, n_train: int = 500, n_fresh: int = 200, out=pr
         out(f"   gate: candidate {gate['candidate']:.3f} vs current {gate['current']:.3f} "
             f"(difference {gate['difference']:+.3f}, 95% lower bound {gate['lower']:+.3f}) -> "
             f"{'published ' + version if trained['published'] else 'not published: ' + trained['reason']}")
-        after = None
+        after, agreement = None, (0, 0)
         if trained["published"]:
             router = next(s for s in stack.services if s.name == "router")
             wait_for_version(router.port, version)
@@ -146,16 +175,29 @@ def run_train_demo(run_dir: Path, n_train: int = 500, n_fresh: int = 200, out=pr
             results = ask_all(client, fresh_rows, "fresh")
             assert all(r["version"] == version for r in results), "every fresh answer came from the new policy"
             after = summary(results)
+            agreement = matrix_agreement(fresh_rows, results)
     finally:
         stack.stop()
     singles = best_single(dataset, fresh_rows)
-    report = {"before": before, "after": after, "gate": trained["gate"], "published": trained["published"],
-              "version": version, "single_workers_on_fresh": singles}
-    out(f"\nuniform exploration (training questions): accuracy {before['accuracy']:.1%}")
+    chances = uniform_chances(fresh_rows)
+    # "before" and "after" are on the same fresh questions: uniform routing (exact, from the matrix)
+    # and the learned policy (served). "explore" is the served exploration traffic, on the training ones.
+    before = {"questions": len(fresh_rows), "accuracy": sum(chances) / len(chances),
+              "source": "exact: per fresh question, the mean of the workers' recorded scores in the matrix"}
+    report = {"explore": explore, "before": before, "after": after, "gate": trained["gate"],
+              "published": trained["published"], "version": version, "single_workers_on_fresh": singles}
+    out(f"\nexploration traffic, uniform routing ({len(train_rows)} training questions, served): "
+        f"accuracy {explore['accuracy']:.1%}")
+    out(f"uniform routing on the {len(fresh_rows)} fresh questions (exact, from the matrix the sim workers "
+        f"answer by): accuracy {before['accuracy']:.1%}")
     if after:
         top = max(singles, key=lambda name: singles[name])
-        out(f"learned policy {version} (fresh questions):   accuracy {after['accuracy']:.1%}, "
-            f"${after['cost_per_query']:.6f} per query")
+        report["p_uniform_as_good"] = chance_uniform_does_as_well(chances, after["accuracy"] * after["questions"])
+        report["matrix_agreement"] = {"agreeing": agreement[0], "one_worker_answers": agreement[1]}
+        out(f"learned policy {version} on the same fresh questions (served):  accuracy {after['accuracy']:.1%}, "
+            f"${after['cost_per_query']:.6f} per query; chance uniform routing does as well: "
+            f"{report['p_uniform_as_good']:.2g}")
+        out(f"   its one-worker answers graded as the matrix records: {agreement[0]} of {agreement[1]}")
         out(f"best single worker on the fresh questions ({top}): {singles[top]:.1%}")
         report["plot"] = str(plot(report, run_dir / "train_demo.png"))
         out(f"plot: {report['plot']}")
@@ -168,13 +210,13 @@ def plot(report: dict, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = ["uniform (explore)", f"learned {report['version']}"] + [f"{k} alone" for k in report["single_workers_on_fresh"]]
+    labels = ["uniform (exact)", f"learned {report['version']}"] + [f"{k} alone" for k in report["single_workers_on_fresh"]]
     values = [report["before"]["accuracy"], report["after"]["accuracy"], *report["single_workers_on_fresh"].values()]
     fig, ax = plt.subplots(figsize=(8, 4))
     bars = ax.bar(labels, values, color=["#999999", "#2b7bb9"] + ["#cccccc"] * len(report["single_workers_on_fresh"]))
     ax.bar_label(bars, labels=[f"{v:.1%}" for v in values])
     ax.set_ylabel("accuracy")
-    ax.set_title("Baton learning loop: before and after one round of training")
+    ax.set_title("Baton learning loop: uniform routing and the learned policy on the same fresh questions")
     ax.set_ylim(0, 1)
     plt.setp(ax.get_xticklabels(), rotation=20, ha="right")
     fig.tight_layout()
