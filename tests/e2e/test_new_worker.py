@@ -1,8 +1,9 @@
 """A worker the served policy was not trained with, added to a running stack's configuration and
 the router restarted (the executors and the synthesizer read the changed file themselves), end to
-end: it gets traffic among the first requests, its propensities are in the episodes, its graded
-rewards reach the routers, and taking it out of the configuration (the router restarted) takes its
-traffic away."""
+end: it gets traffic among the first requests, it gets the configured share of the requests where
+only its upper bound beats the policy's choice (checked on the propensities in the episodes), its
+graded rewards reach the routers, and taking it out of the configuration (the router restarted)
+takes its traffic away."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from baton_policy.matrix import load_matrix, without
 from baton_policy.workflows import candidate_workflows
 
 NEW_MODEL = "Qwen1.5-110B"
+ROUND = 20  # requests sent at once, between waits for the router to learn their rewards
 
 
 def test_a_worker_added_to_a_running_stack_serves_at_once_learns_and_is_gone_once_removed(kafka_bootstrap, tmp_path):
@@ -44,7 +46,7 @@ def test_a_worker_added_to_a_running_stack_serves_at_once_learns_and_is_gone_onc
     csv.field_size_limit(sys.maxsize)
     with MMLU_PRO.open(newline="") as f:
         every = list(csv.DictReader(f))
-    rows, later = every[400:500], every[500:600]
+    rows, later = every[400:600], every[600:700]
     with running_stack(data, tmp_path, kafka_bootstrap) as stack:
 
         def reconfigure(*services: str) -> None:
@@ -67,8 +69,8 @@ def test_a_worker_added_to_a_running_stack_serves_at_once_learns_and_is_gone_onc
                 metadata={"baton_eval": f"mmlu_pro:{row['sample_id']}"})
             return raw.headers["x-baton-request-id"]
 
-        with ThreadPoolExecutor(8) as pool:
-            ids = set(pool.map(ask, rows))
+        ids: set[str] = set()
+        first: set[str] = set()  # the first round's requests, chosen before any reward was learned
 
         def episodes():
             root = stack.dataset_dir / "episodes"
@@ -88,7 +90,21 @@ def test_a_worker_added_to_a_running_stack_serves_at_once_learns_and_is_gone_onc
             while not until() and time.monotonic() < deadline:
                 time.sleep(0.5)
 
-        wait_for(lambda: len(episodes()) >= len(ids) and learned() > 0)
+        def caught_up() -> bool:
+            """Every request so far is logged, and every graded reward of the new worker's is learned."""
+            logged = episodes()
+            graded = sum(r["plan_action"] == NEW_MODEL and r["quality"] is not None for r in logged)
+            return len(logged) >= len(ids) and learned() >= graded > 0
+
+        # In rounds, each chosen by heads that have learned every reward of the rounds before, as a
+        # stream slower than its rewards would be: the new worker's head first wins outright, then,
+        # as it learns, is offered only at its share (and learns five times slower), then not at all.
+        # A burst of 200 would all be chosen by the unlearned head, and the share never tried.
+        for start in range(0, len(rows), ROUND):
+            with ThreadPoolExecutor(8) as pool:
+                ids |= set(pool.map(ask, rows[start:start + ROUND]))
+            first = first or set(ids)
+            wait_for(caught_up)
         logged, taught = episodes(), learned()
         same = {s.name for s in stack.services if s.name != "router" and started[s.name] == s.pid}
 
@@ -105,17 +121,47 @@ def test_a_worker_added_to_a_running_stack_serves_at_once_learns_and_is_gone_onc
         wait_for(lambda: len(episodes()) >= len(ids))
         after_removal = episodes()
     assert same == set(started) - {"router"}, "only the router was restarted"
-    assert len(logged) == 100
+    assert len(logged) == len(rows)
     assert all(r["error_code"] in (None, "") for r in logged), {r["error_code"] for r in logged}
     new = [r for r in logged if r["plan_action"] == NEW_MODEL]
-    assert new, "the new worker got traffic among the first 100 requests"
+    assert any(r["request_id"] in first for r in new), f"the new worker got traffic among the first {ROUND} requests"
     assert all(r["steps"][0]["worker"] == "qwen-110b" for r in new)
-    # Its share of each choice: 1 where its optimistic quality beats the policy's choice, the
-    # exploration share where only its upper bound does.
-    assert all(0 < r["plan_propensity"] <= 1 for r in new), "its share of each choice is logged"
+    assert_the_new_worker_gets_its_share(logged, data["conductor"]["policy"]["new_worker_share"])
     assert all(r["plan_policy_version"] == "v0" for r in logged)
     graded_new = [r for r in new if r["quality"] is not None]
     assert graded_new and taught >= 1, "graded rewards of its episodes reached the router over baton.rewards"
     assert len(after_removal) == 100 and "qwen-110b" in removed and len(removed) == 3
     assert {r["plan_action"] for r in after_removal} == {kept["model"]}, "removed workers get no traffic"
     assert {step["worker"] for r in after_removal for step in r["steps"]} == {kept["name"]}
+
+
+def assert_the_new_worker_gets_its_share(logged: list[dict], share: float) -> None:
+    """The configured share, checked on the logged propensities (baton_policy.newcomers).
+
+    With one new worker, a singles-only policy and epsilon 0, each request's chance of going to the
+    new worker is exact and known from its episode: the logged propensity where the new worker was
+    chosen, one less the propensity of the policy's (greedy) choice where it was not. That chance is
+    0 where the new worker's upper bound is below the policy's choice, 1 where its optimistic
+    quality beats it, and the configured share where only its upper bound does. So every logged
+    propensity is 1, the share or one less the share, and on the requests offered at the share the
+    new worker's count is a Binomial(requests, share) draw."""
+    from scipy.stats import binomtest
+
+    def near(x: float, y: float) -> bool:
+        return abs(x - y) < 1e-6
+
+    chance = [r["plan_propensity"] if r["plan_action"] == NEW_MODEL else 1 - r["plan_propensity"] for r in logged]
+    assert all(near(c, 0) or near(c, share) or near(c, 1) for c in chance), (
+        f"the new worker's chance of each request is none, the configured share {share} or all of it: "
+        f"{sorted({round(c, 4) for c in chance})}")
+    offered = [r for r, c in zip(logged, chance) if near(c, share)]
+    taken = sum(r["plan_action"] == NEW_MODEL for r in offered)
+    won = sum(near(c, 1) for c in chance)
+    print(f"new worker: {sum(r['plan_action'] == NEW_MODEL for r in logged)} of {len(logged)} requests; "
+          f"{won} where its optimistic quality won, {taken} of {len(offered)} offered at the share {share}, "
+          f"{sum(near(c, 0) for c in chance)} not offered; expected {won + share * len(offered):.1f}")
+    # A share ignored (the new worker only where it wins) offers none at the share.
+    assert offered, "some requests were offered to the new worker at the configured share"
+    # Drawn at the share: a two-sided exact binomial test, failing one correct run in 10,000.
+    p = binomtest(taken, len(offered), share).pvalue
+    assert p > 1e-4, f"{taken} of {len(offered)} requests offered at the share {share} went to the new worker (p={p:.2g})"
