@@ -9,7 +9,7 @@ PY := .venv/bin/python
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: help install proto docs kafka helm vllm gpu-check lint test test-fast chaos demo train-demo up down bench images k8s-images k8s-tools k8s-up k8s-down k8s-test clean
+.PHONY: help install proto docs kafka helm vllm gpu-check lint test test-fast chaos demo train-demo train-conductor up down bench images k8s-images k8s-tools k8s-up k8s-down k8s-test clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  %-12s %s\n", $$1, $$2}'
@@ -63,6 +63,21 @@ demo: install kafka vllm ## Start everything, ask real questions through the gat
 
 train-demo: install kafka ## The learning loop: exploration traffic, training, gate, hot rollout, fresh traffic
 	.venv/bin/baton train-demo
+
+# The shipped LLM conductor (config/conductor): SmolLM2-135M warm-started on MMLU-Pro's training split.
+CONDUCTOR_BUILD := build/conductor
+SMOLLM2 := $(HOME)/.cache/baton/models/smollm2-135m-instruct
+
+train-conductor: install vllm ## Rebuild the shipped LLM conductor (config/conductor) and its table on this machine (~45 min on 2 cores)
+	mkdir -p $(CONDUCTOR_BUILD)
+	$(PY) -m baton_trainer split --in data/routing/mmlu_pro_dev.csv --train $(CONDUCTOR_BUILD)/train.csv \
+		--test $(CONDUCTOR_BUILD)/test.csv --test-share 0.3 --seed 0
+	$(PY) -m baton_trainer warm-start --config config/baton.yaml --matrix $(CONDUCTOR_BUILD)/train.csv \
+		--model $(SMOLLM2) --out $(CONDUCTOR_BUILD)/warm --examples 600 --layers 4 --epochs 2 --seed 0
+	rm -rf config/conductor/adapter && cp -r $(CONDUCTOR_BUILD)/warm/adapter config/conductor/adapter
+	.venv/bin/baton eval table --config config/baton.yaml --train $(CONDUCTOR_BUILD)/train.csv \
+		--test $(CONDUCTOR_BUILD)/test.csv --rows 500 --latency-rows 40 \
+		--adapter warm-start=config/conductor/adapter --report config/conductor/table
 
 up: install kafka vllm ## Start Kafka, every service and the local model server in the background (gateway on 127.0.0.1:8080)
 	.venv/bin/baton up

@@ -62,7 +62,10 @@ def test_examples_are_the_routers_prompts_with_a_one_step_plan_on_the_groups_tar
         assert item.messages[0]["role"] == "system" and "Model 0:" in item.messages[0]["content"]
         want = 0 if any(w in item.messages[1]["content"] for w in FRUITS) else 1
         assert json.loads(item.target) == {"model_id": [want], "subtasks": [INSTRUCTION], "access_list": [[]]}
-    assert len(examples(config, matrix, cost_weight=0.0, limit=5, seed=0)[1]) == 5
+    # Rows are taken from each target worker in turn, whatever the groups' sizes.
+    uneven = from_rows(header(), matrix_rows(FRUITS, "fruit", 0, 0) + matrix_rows(PLANETS[:2], "planet", 1, 100))
+    assert [e.worker for e in examples(config, uneven, cost_weight=0.0, limit=4, seed=0)[1]].count(NAMES[1]) == 2
+    assert len(examples(config, uneven, cost_weight=0.0, limit=None, seed=0)[1]) == 12
 
 
 @pytest.mark.slow
@@ -96,7 +99,7 @@ def test_the_warm_start_cli_trains_an_adapter_on_the_shared_prefix_as_the_whole_
         tokenizer.save_pretrained(base_dir)
 
         # The hand-run layers with the shared prefix cached compute what the whole model computes.
-        prefix, rest, _ = _tokenize(tokenizer, items[:3])
+        prefix, rest, _, _ = _tokenize(tokenizer, items[:3])
         stack = _Stack(base)
         with torch.inference_mode():
             _, cache = stack.prefix_cache(stack.decoder.layers, stack.decoder.embed_tokens(torch.tensor([prefix])))

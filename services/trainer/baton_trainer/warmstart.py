@@ -12,6 +12,9 @@ worker's. A per-group mean is the outcome the text can predict: a single row's r
 mostly noise the prompt does not show. Workers without a column in the matrix (a local model) are
 never targets. The prompt is the router's own (`baton_conductor.Prompter`) for the config's pool.
 
+Questions are taken from each target worker in turn (`balanced`), and the token that names the
+worker weighs more than the plan's other tokens in the loss (`train`).
+
 Training is LoRA on the top `layers` decoder layers. The bottom of the model is frozen, so its output
 for each question is computed once, not once per epoch; and every prompt opens with the same system
 message, whose keys and values the bottom layers compute once in all and the top layers once per
@@ -53,6 +56,7 @@ class Example:
     messages: list[dict[str, str]]
     target: str  # the plan's text, as the grammar spells it
     worker: str
+    other: str  # the same plan on another worker: where their tokens part is where the worker is chosen
 
 
 def group_targets(matrix: OutcomeMatrix, cost_weight: float) -> dict[str, str]:
@@ -78,16 +82,31 @@ def examples(config: BatonConfig, matrix: OutcomeMatrix, *, cost_weight: float, 
     scored = [w for w in config.workers if matrix_column(w, matrix.models) is not None]
     pool = pool_matrix(matrix, scored)
     targets = group_targets(pool, cost_weight)
-    order = list(range(len(pool)))
-    random.Random(seed).shuffle(order)
     out = []
-    for i in order[:limit]:
+    for i in balanced(pool, targets, limit, seed):
         worker = targets[pool.eval_names[i] or ""]
         request = requests_pb2.ChatRequest(request_id=f"warm-{i}", policy="baton",
                                            messages=[common_pb2.ChatMessage(role="user", content=pool.prompts[i])])
-        plan = render_plan([prompter.worker_names.index(worker)], [instruction], [[]])
-        out.append(Example(prompter.messages(request), plan, worker))
+        index = prompter.worker_names.index(worker)
+        plan, other = (render_plan([k], [instruction], [[]]) for k in (index, (index + 1) % len(prompter.worker_names)))
+        out.append(Example(prompter.messages(request), plan, worker, other))
     return prompter, out, targets
+
+
+def balanced(pool: OutcomeMatrix, targets: dict[str, str], limit: int | None, seed: int) -> list[int]:
+    """Rows taken from each target worker in turn (seeded order), so that a worker that is the target
+    of few subjects is not drowned by the majority; once a worker's rows run out the others go on."""
+    queues: dict[str, list[int]] = defaultdict(list)
+    order = list(range(len(pool)))
+    random.Random(seed).shuffle(order)
+    for i in order:
+        queues[targets[pool.eval_names[i] or ""]].append(i)
+    out: list[int] = []
+    while any(queues.values()) and (limit is None or len(out) < limit):
+        for worker in sorted(queues):
+            if queues[worker] and (limit is None or len(out) < limit):
+                out.append(queues[worker].pop(0))
+    return out
 
 
 # ---------------------------------------------------------------- the model
@@ -146,26 +165,32 @@ def _pad(rows: Sequence[list[int]], value: int):
     return ids, mask
 
 
-def _tokenize(tokenizer, items: Sequence[Example]) -> tuple[list[int], list[list[int]], list[int]]:
+def _tokenize(tokenizer, items: Sequence[Example]) -> tuple[list[int], list[list[int]], list[int], list[int]]:
     """The prompts' shared prefix, each example's remaining tokens (question, then plan and end of text),
-    and where each example's plan starts within them."""
+    where each example's plan starts within them, and where in them the plan names its worker."""
     prompts = [tokenizer(tokenizer.apply_chat_template(e.messages, tokenize=False, add_generation_prompt=True),
                          add_special_tokens=False)["input_ids"] for e in items]
     shared = len(prompts[0])
     for p in prompts[1:]:
         shared = min(shared, next((k for k, (a, b) in enumerate(zip(prompts[0], p)) if a != b), min(len(p), shared)))
     shared = min(shared, min(len(p) for p in prompts) - 1)  # every example keeps a token of its own
-    rest, starts = [], []
+    rest, starts, choices = [], [], []
     for p, e in zip(prompts, items):
         plan = tokenizer(e.target + tokenizer.eos_token, add_special_tokens=False)["input_ids"]
+        other = tokenizer(e.other, add_special_tokens=False)["input_ids"]
         rest.append(p[shared:] + plan)
         starts.append(len(p) - shared)
-    return prompts[0][:shared], rest, starts
+        choices.append(starts[-1] + next(k for k, (a, b) in enumerate(zip(plan, other)) if a != b))
+    return prompts[0][:shared], rest, starts, choices
 
 
 def train(model, tokenizer, items: Sequence[Example], *, layers: int = 6, epochs: int = 2, batch_size: int = 16,
-          learning_rate: float = 2e-4, lora_r: int = 16, seed: int = 0, log=print):
-    """LoRA-fine-tune the top `layers` of `model` on `items`; returns the PEFT model and the loss per epoch."""
+          learning_rate: float = 5e-4, lora_r: int = 16, choice_weight: float = 10.0, seed: int = 0, log=print):
+    """LoRA-fine-tune the top `layers` of `model` on `items`; returns the PEFT model and the loss per epoch.
+
+    The token that names the worker weighs `choice_weight` times any other plan token in the loss: it is
+    the one decision in a plan whose other tokens the model learns in a few steps, and unweighted it
+    is one token in thirty and the model settles for the most frequent worker."""
     import torch
     from peft import LoraConfig, get_peft_model
 
@@ -179,7 +204,7 @@ def train(model, tokenizer, items: Sequence[Example], *, layers: int = 6, epochs
         target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
     stack = _Stack(model)
     low, high = stack.decoder.layers[:bottom], stack.decoder.layers[bottom:]
-    prefix, rest, starts = _tokenize(tokenizer, items)
+    prefix, rest, starts, choices = _tokenize(tokenizer, items)
     embed = stack.decoder.embed_tokens
     log(f"[warm-start] {len(items)} examples, shared prefix {len(prefix)} tokens, "
         f"{sum(map(len, rest)) / len(rest):.0f} tokens each after it; LoRA on layers {bottom}-{total - 1}")
@@ -201,31 +226,35 @@ def train(model, tokenizer, items: Sequence[Example], *, layers: int = 6, epochs
     model.train()
     for epoch in range(epochs):
         random.Random(seed + epoch).shuffle(order)
-        total_loss, tokens = 0.0, 0
+        total_loss, tokens = 0.0, 0.0
         for b in range(0, len(order), batch_size):
             batch = order[b:b + batch_size]
             width = max(len(rest[i]) for i in batch)
             hidden = torch.zeros(len(batch), width, cached[0].shape[-1])
             mask = torch.zeros(len(batch), width, dtype=torch.long)
             labels = torch.full((len(batch), width), -100, dtype=torch.long)
+            weights = torch.zeros(len(batch), width)
             for r, i in enumerate(batch):
                 n = len(rest[i])
                 hidden[r, :n], mask[r, :n] = cached[i], 1
                 # Position t predicts token t + 1: the plan's tokens are predicted from the position before each.
                 labels[r, starts[i] - 1:n - 1] = torch.tensor(rest[i][starts[i]:])
+                weights[r, starts[i] - 1:n - 1] = 1.0
+                weights[r, choices[i] - 1] = choice_weight
             _, top_cache = stack.prefix_cache(high, low_prefix)
             cache = stack.expanded(top_cache, range(bottom, total), len(batch))
             out = stack.run(high, hidden, mask, cache, len(prefix))
             logits = stack.head(stack.decoder.norm(out))
-            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
-                                                     ignore_index=-100, reduction="sum")
-            count = int((labels != -100).sum())
-            (loss / count).backward()
+            per_token = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
+                                                          ignore_index=-100, reduction="none")
+            loss = (per_token * weights.reshape(-1)).sum()
+            weight = float(weights.sum())
+            (loss / weight).backward()
             optimizer.step()
             optimizer.zero_grad()
-            total_loss, tokens = total_loss + loss.item(), tokens + count
+            total_loss, tokens = total_loss + loss.item(), tokens + weight
         losses.append(total_loss / tokens)
-        log(f"[warm-start] epoch {epoch + 1}/{epochs}: loss {losses[-1]:.4f} per plan token, "
+        log(f"[warm-start] epoch {epoch + 1}/{epochs}: loss {losses[-1]:.4f} per weighted plan token, "
             f"{time.monotonic() - started:.0f} s")
     model.eval()
     return model, losses
@@ -236,7 +265,7 @@ def train(model, tokenizer, items: Sequence[Example], *, layers: int = 6, epochs
 
 def warm_start(config_path: Path, matrix_path: Path, model_path: Path, out: Path, *, examples_limit: int | None,
                cost_weight: float, layers: int, epochs: int, batch_size: int, learning_rate: float, lora_r: int,
-               seed: int, instruction: str = INSTRUCTION, threads: int | None = None, command: str = "",
+               choice_weight: float, seed: int, instruction: str = INSTRUCTION, threads: int | None = None, command: str = "",
                log=print) -> Path:
     import torch
 
@@ -251,7 +280,7 @@ def warm_start(config_path: Path, matrix_path: Path, model_path: Path, out: Path
     model, tokenizer = _load_model(str(model_path), None, use_cpu=True)
     started = time.monotonic()
     model, losses = train(model, tokenizer, items, layers=layers, epochs=epochs, batch_size=batch_size,
-                          learning_rate=learning_rate, lora_r=lora_r, seed=seed, log=log)
+                          learning_rate=learning_rate, lora_r=lora_r, choice_weight=choice_weight, seed=seed, log=log)
     seconds = time.monotonic() - started
     adapter_dir = out / ADAPTER_DIR
     model.save_pretrained(str(adapter_dir))
@@ -275,6 +304,7 @@ def warm_start(config_path: Path, matrix_path: Path, model_path: Path, out: Path
         "batch_size": batch_size,
         "learning_rate": learning_rate,
         "lora_r": lora_r,
+        "choice_weight": choice_weight,
         "seed": seed,
         "train_loss": [round(x, 5) for x in losses],
         "train_seconds": round(seconds, 1),
@@ -295,7 +325,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layers", type=int, default=6, help="LoRA on the top LAYERS decoder layers")
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--learning-rate", type=float, default=2e-4)
+    p.add_argument("--learning-rate", type=float, default=5e-4)
+    p.add_argument("--choice-weight", type=float, default=10.0,
+                   help="weight of the token naming the worker, against 1 for the plan's other tokens")
     p.add_argument("--lora-r", type=int, default=16)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--instruction", default=INSTRUCTION, help="the target plan's instruction to its one step")
@@ -312,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         adapter = warm_start(args.config, args.matrix, args.model, args.out, examples_limit=args.examples,
                              cost_weight=args.cost_weight, layers=args.layers, epochs=args.epochs,
                              batch_size=args.batch_size, learning_rate=args.learning_rate, lora_r=args.lora_r,
+                             choice_weight=args.choice_weight,
                              seed=args.seed, instruction=args.instruction, threads=args.threads,
                              command=shlex.join(["baton-trainer", "warm-start", *(argv or [])]),
                              log=lambda msg: print(msg, file=sys.stderr, flush=True))
