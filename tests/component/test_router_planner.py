@@ -3,7 +3,7 @@ tested in tests/consumers)."""
 
 from __future__ import annotations
 
-from testbed import pool
+from testbed import default_config_data, pool
 
 from baton.v1 import common_pb2, requests_pb2
 from baton_platform.config import load_config
@@ -64,8 +64,9 @@ async def test_a_plan_that_copies_the_prompts_example_is_refused_while_the_promp
             return Proposal(plan=Plan(workers=["gemini-flash", "gemini-pro"], subtasks=list(EXAMPLE_SUBTASKS[:2]),
                                       access=[[], [0]]), token_logprobs=[-0.5])
 
-    config = load_config(write_config())
-    assert config.conductor.prompt_example
+    data = default_config_data()
+    data["conductor"]["prompt_example"] = True  # the shipped config trains its conductor without one
+    config = load_config(write_config(data=data))
     result = await Planner(*pool(config), Copier()).plan(requests_pb2.ChatRequest(request_id="x"))
     assert not result.valid and result.plan.fallback and COPIED_EXAMPLE in result.plan.invalid_reason
     assert [s.worker for s in result.plan.steps] == ["gemini-pro"] and list(result.plan.token_logprobs) == [-0.5]

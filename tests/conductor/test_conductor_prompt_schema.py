@@ -64,7 +64,7 @@ def test_a_worker_without_a_card_gets_a_neutral_one_and_the_example_is_optional(
     system = PlanPrompter(*pool(BatonConfig(**data))).messages(ask("q"))[0]["content"]
     assert f"Model 1: {DEFAULT_CARD}" in system
     assert "Example" not in system
-    assert "Example workflow" in PlanPrompter(*pool(config())).messages(ask("q"))[0]["content"]
+    assert "Example workflow" in PlanPrompter(*pool(config(prompt_example=True))).messages(ask("q"))[0]["content"]
 
 
 def test_the_question_is_the_last_user_message_cut_to_its_limit():

@@ -23,7 +23,9 @@ from baton_workflow import Plan
 
 @pytest.fixture(scope="module")
 def config() -> BatonConfig:
-    return BatonConfig(**default_config_data())
+    data = default_config_data()
+    data["conductor"]["prompt_example"] = True  # the copy rule applies while the prompt shows its example
+    return BatonConfig(**data)
 
 
 @pytest.fixture(scope="module")
