@@ -3,7 +3,7 @@
     baton eval table --config config/examples/replay-pool.yaml --train A.csv --test B.csv \
         [--rows 200] [--cost-weight W] [--model DIR] [--adapter NAME=DIR ...] [--report DIR] [--json]
 
-Rows of the table, each scored on the first `--rows` rows of TEST as the config's worker pool sees
+Rows of the table, each scored on `--rows` rows spread evenly over TEST as the config's worker pool sees
 them (`pool_matrix`: one column per worker, each call priced in USD with the worker's prices; a worker
 the matrix does not record, such as a local model, is scored wrong at no cost):
 
@@ -142,7 +142,8 @@ def run_table(config: BatonConfig, train_path: Path, test_path: Path, *, rows: i
     scored = [w for w in config.workers if matrix_column(w, train.models) is not None]
     train, test = pool_matrix(train, scored), pool_matrix(test, scored)
     refuse_shared_questions(train, test)
-    test = test.subset(range(min(rows, len(test))))
+    # Rows spread evenly over the file, which may be ordered by subject.
+    test = test.subset(np.unique(np.linspace(0, len(test) - 1, min(rows, len(test))).round().astype(int)))
     n = len(test)
     table: dict[str, dict] = {}
     if config.conductor.plan is None:
@@ -227,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "column in the matrices (sim.column, else model, else name)")
     p.add_argument("--train", required=True, type=Path, help="outcome matrix the fast policy is trained on")
     p.add_argument("--test", required=True, type=Path, help="held-out outcome matrix (no question shared with TRAIN)")
-    p.add_argument("--rows", type=int, default=200, help="score the first ROWS rows of TEST (the LLM writes a plan each)")
+    p.add_argument("--rows", type=int, default=200, help="score ROWS rows spread evenly over TEST (the LLM writes a plan each)")
     p.add_argument("--cost-weight", type=float, default=0.0, help="the fast policy's cost weight W")
     p.add_argument("--model", type=Path, help="the LLM conductor's base model directory; unset: the config's")
     p.add_argument("--adapter", type=_adapter, action="append", default=[], metavar="NAME=DIR",
