@@ -284,6 +284,11 @@ def warm_start(config_path: Path, matrix_path: Path, model_path: Path, out: Path
     seconds = time.monotonic() - started
     adapter_dir = out / ADAPTER_DIR
     model.save_pretrained(str(adapter_dir))
+    # PEFT records the base model's path on this machine; the adapter is shipped, so name the model only.
+    peft_config = adapter_dir / "adapter_config.json"
+    peft_config.write_text(json.dumps(json.loads(peft_config.read_text()) | {"base_model_name_or_path": model_path.name},
+                                      indent=2) + "\n")
+    (adapter_dir / "README.md").unlink(missing_ok=True)  # PEFT's blank model card
     manifest = {
         "method": "warm-start",
         "base_model": model_path.name,
@@ -346,7 +351,9 @@ def main(argv: list[str] | None = None) -> int:
                              batch_size=args.batch_size, learning_rate=args.learning_rate, lora_r=args.lora_r,
                              choice_weight=args.choice_weight,
                              seed=args.seed, instruction=args.instruction, threads=args.threads,
-                             command=shlex.join(["baton-trainer", "warm-start", *(argv or [])]),
+                             # The home directory is the machine's, not the recipe's.
+                             command=shlex.join(["baton-trainer", "warm-start", *(argv or [])]).replace(
+                                 str(Path.home()), "~"),
                              log=lambda msg: print(msg, file=sys.stderr, flush=True))
     except (OSError, ValueError, ConfigError) as exc:
         print(json.dumps({"error": str(exc)}))
