@@ -65,10 +65,14 @@ async def test_each_token_has_its_masked_unmasked_and_sampling_log_prob(conducto
     samples = await asyncio.to_thread(backend.generate, messages)
     for s in samples:
         n = len(s.token_ids)
-        assert len(s.token_logprobs) == len(s.model_logprobs) == len(s.sampling_logprobs) == n
-        # At temperature 1 with no top-k or top-p, the token is drawn from the masked, renormalised
-        # distribution: the recorded log-probs are exactly the sampling ones.
-        assert all(math.isclose(a, b, abs_tol=1e-4) for a, b in zip(s.token_logprobs, s.sampling_logprobs))
+        assert len(s.token_logprobs) == len(s.model_logprobs) == len(s.sampling_logprobs) == len(s.forced) == n
+        # At temperature 1 with no top-k or top-p, a drawn token comes from the masked, renormalised
+        # distribution: its recorded log-prob is exactly the sampling one. A token the grammar forced
+        # (jump-forward) was not drawn: its sampling log-prob is 0, its masked one what the model gave it.
+        drawn = [(a, b) for a, b, f in zip(s.token_logprobs, s.sampling_logprobs, s.forced) if not f]
+        assert all(math.isclose(a, b, abs_tol=1e-4) for a, b in drawn)
+        assert 0 < sum(s.forced) < n, "the plan's structure is fed by jump-forward, its choices are drawn"
+        assert all(b == 0.0 and a <= 0 for a, b, f in zip(s.token_logprobs, s.sampling_logprobs, s.forced) if f)
         # Renormalising over the allowed tokens can only raise a token's probability, and a random
         # model spreads its mass over the whole vocabulary, so for most tokens it rises a lot.
         pairs = list(zip(s.model_logprobs, s.token_logprobs))

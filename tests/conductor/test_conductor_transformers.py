@@ -115,3 +115,47 @@ async def test_the_shared_prefix_is_cached_once_and_changes_no_plan(conductor):
     assert [s.text for s in cached] == [s.text for s in plain]
     for a, b in zip(cached, plain):
         assert a.token_logprobs == pytest.approx(b.token_logprobs, abs=1e-3)
+
+
+async def test_jump_forward_writes_the_plans_token_by_token_decoding_writes_in_fewer_passes(conductor):
+    """The text the grammar forces is fed without decoding it: greedy plans keep every token and
+    log-prob of token-by-token decoding, which itself matches Transformers' own `generate` under
+    xgrammar's processor, and take far fewer forward passes."""
+    import torch
+    from transformers import LogitsProcessorList
+    from xgrammar.contrib.hf import LogitsProcessor
+
+    backend, _, _ = conductor
+    loaded, settings = backend._loaded, backend.settings
+    conversations = [backend.prompter.chat_messages(q) for q in real_questions(3)]
+    backend.settings = settings.model_copy(update={"temperature": 0.0})
+    try:
+        passes = backend.forward_passes
+        jumped = backend.generate(conversations)
+        jumped_passes, passes = backend.forward_passes - passes, backend.forward_passes
+        backend.jump_forward = False
+        try:
+            stepped = backend.generate(conversations)
+        finally:
+            backend.jump_forward = True
+        stepped_passes = backend.forward_passes - passes
+    finally:
+        backend.settings = settings
+    assert [s.token_ids for s in jumped] == [s.token_ids for s in stepped]
+    for a, b in zip(jumped, stepped):
+        assert a.token_logprobs == pytest.approx(b.token_logprobs, abs=1e-3)
+        assert a.model_logprobs == pytest.approx(b.model_logprobs, abs=1e-3)
+        assert not any(b.forced) and sum(a.forced) > len(a.token_ids) / 4
+    # One pass for the prompt, then one per token but the last (the end of sequence).
+    assert stepped_passes == max(len(s.token_ids) for s in stepped)
+    assert jumped_passes < 0.75 * stepped_passes
+
+    tokenizer = loaded.tokenizer
+    for conversation, sample in zip(conversations, stepped):
+        text = tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
+        ids = torch.tensor([tokenizer(text, add_special_tokens=False)["input_ids"]])
+        with torch.inference_mode():
+            out = loaded.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                        max_new_tokens=settings.max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+                                        logits_processor=LogitsProcessorList([LogitsProcessor(loaded.grammars[False])]))
+        assert out[0, ids.shape[1]:].tolist()[:len(sample.token_ids)] == sample.token_ids

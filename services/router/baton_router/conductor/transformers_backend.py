@@ -8,8 +8,9 @@ Decoding is constrained by xgrammar. The default 'grammar' constraint (`schema.p
 earlier-only access; 'json_schema' bounds the shape only.
 
 Concurrent `propose` calls are batched: the first waiting request waits up to `batch_wait_ms` for
-others, then up to `batch_size` of them are generated in one left-padded `generate` call on a single
-worker thread, so the event loop stays free and the model runs one batch at a time.
+others, then up to `batch_size` of them are written together (`decoding.Decoder`: left-padded rows,
+the text the grammar forces fed without decoding it) on a single worker thread, so the event loop
+stays free and the model runs one batch at a time.
 
 Loading takes tens of seconds on a CPU (GGUF parsing dominates; `cache_dir` keeps a converted copy
 that later starts load in about a second). It happens lazily on the first `propose`, or earlier when
@@ -23,7 +24,6 @@ import dataclasses
 import importlib.util
 import json
 import logging
-import math
 import os
 import sys
 import time
@@ -37,6 +37,7 @@ from baton_conductor import ADAPTER_MANIFEST, plan_grammar, plan_json_schema
 from baton_platform.config import ConductorConfig, TransformersConductorConfig, WorkerConfig
 from baton_router.conductor.base import Proposal
 from baton_router.conductor.common import ConductorUnavailable, PlanPrompter, log_propensity
+from baton_router.conductor.decoding import Decoder, Sample, Sampling
 
 log = logging.getLogger(__name__)
 
@@ -66,29 +67,6 @@ def model_location(settings: TransformersConductorConfig) -> tuple[Path, str | N
         directory, name = packaged_gguf()
         return directory, settings.gguf_file or name
     return settings.model_path, settings.gguf_file
-
-
-@dataclass
-class Sample:
-    """One generated plan: its text and three log-probs per token.
-
-    - `token_logprobs` (what the Proposal records; see `common`): the model's distribution restricted
-      to the tokens the grammar allows and renormalised, at temperature 1;
-    - `model_logprobs`: the model's own, unconstrained distribution;
-    - `sampling_logprobs`: the distribution the token was drawn from (mask, then temperature, top-k,
-      top-p); their sum gives the propensity.
-    """
-
-    text: str
-    token_ids: list[int]
-    token_logprobs: list[float]
-    model_logprobs: list[float]
-    sampling_logprobs: list[float]
-    finished: bool
-
-    @property
-    def sampling_logprob(self) -> float:
-        return math.fsum(self.sampling_logprobs)
 
 
 @dataclass
@@ -257,42 +235,6 @@ def _with_adapter(model, adapter: Path, worker_names: Sequence[str]):
     return PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
 
 
-def _grammar_processor(grammar):
-    """xgrammar's logits processor, extended to record the log-probs of each chosen token before and
-    after its mask (see `Sample`).
-
-    The mask is applied to a copy: xgrammar writes into the tensor it is given, and `generate` hands
-    processors the very tensor it returns as `output_logits`. Each step's distributions are kept
-    only until the next call shows which token was chosen, so memory stays at one step's worth.
-    """
-    import torch
-    from xgrammar.contrib.hf import LogitsProcessor
-
-    class Recording(LogitsProcessor):
-        def __init__(self, compiled) -> None:
-            super().__init__(compiled)
-            self.model_steps: list = []
-            self.allowed_steps: list = []
-            self._last = None
-
-        def settle(self, chosen) -> None:
-            if self._last is not None:
-                own, allowed = self._last
-                index = chosen.to(own.device).view(-1, 1)
-                self.model_steps.append(own.gather(1, index).squeeze(1))
-                self.allowed_steps.append(allowed.gather(1, index).squeeze(1))
-                self._last = None
-
-        def __call__(self, input_ids, scores):
-            self.settle(input_ids[:, -1])
-            own = torch.log_softmax(scores.float(), dim=-1)
-            masked = super().__call__(input_ids, scores.clone())
-            self._last = (own, torch.log_softmax(masked.float(), dim=-1))
-            return masked
-
-    return Recording(grammar)
-
-
 def _fail(pending: list[_Pending], error: BaseException) -> None:
     for p in pending:
         if not p.future.done():
@@ -321,6 +263,8 @@ class TransformersConductor:
         self.load_seconds: float | None = None
         self.generate_calls = 0
         self.batch_sizes: list[int] = []
+        self.forward_passes = 0
+        self.jump_forward = True  # feed the text the grammar forces without decoding it (see `decoding`)
 
     @property
     def ready(self) -> bool:
@@ -408,75 +352,44 @@ class TransformersConductor:
                     p.future.set_result(s)
 
     def generate(self, conversations: list[list[dict[str, str]]], inner: list[bool] | None = None) -> list[Sample]:
-        """Write one plan per conversation in a single `generate` call (blocking; the worker thread runs it).
+        """Write one plan per conversation in one batch (blocking; the worker thread runs it).
         `inner[i]` marks an inner call, whose constraint also admits the empty plan."""
         loaded = self._loaded
         if loaded is None:
             raise RuntimeError("the conductor model is not loaded")
-        torch, tokenizer, settings = loaded.torch, loaded.tokenizer, self.settings
-        from transformers import LogitsProcessorList
-
+        tokenizer, settings = loaded.tokenizer, self.settings
         prompts = [tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True)
                    for m in conversations]
         # The chat template already wrote the special tokens.
         inputs, cache = self._inputs(loaded, [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts])
-        sampling = settings.temperature > 0
-        options = {"do_sample": True, "temperature": settings.temperature, "top_p": settings.top_p,
-                   "top_k": settings.top_k} if sampling else {"do_sample": False}
-        recorder = _grammar_processor([loaded.grammars[bool(x)] for x in (inner or [False] * len(prompts))])
-        with torch.inference_mode():
-            out = loaded.model.generate(
-                **inputs,
-                # xgrammar's processor keeps per-sequence matchers: a fresh one for every call.
-                logits_processor=LogitsProcessorList([recorder]),
-                max_new_tokens=settings.max_new_tokens,
-                pad_token_id=tokenizer.pad_token_id,
-                return_dict_in_generate=True,
-                output_scores=True,  # after the mask and temperature: the sampling log-probs
-                **({"cache": cache} if cache is not None else {}),
-                **options,
-            )
+        grammars = [loaded.grammars[bool(x)] for x in (inner or [False] * len(prompts))]
+        decoder = Decoder(loaded.model, tokenizer, loaded.eos_ids, jump_forward=self.jump_forward)
+        samples = decoder.decode(inputs["input_ids"], inputs["attention_mask"], cache, grammars,
+                                 max_new_tokens=settings.max_new_tokens, pad_id=tokenizer.pad_token_id,
+                                 sampling=Sampling(settings.temperature, settings.top_p, settings.top_k))
         self.generate_calls += 1
+        self.forward_passes += decoder.forward_passes
         self.batch_sizes.append(len(prompts))
-        new = out.sequences[:, inputs["input_ids"].shape[1]:]
-        recorder.settle(new[:, -1])  # the last step's token is known only now
-        allowed = torch.stack(recorder.allowed_steps, dim=1)
-        own = torch.stack(recorder.model_steps, dim=1)
-        used = torch.stack([torch.log_softmax(step.float(), dim=-1).gather(1, new[:, t:t + 1]).squeeze(1)
-                            for t, step in enumerate(out.scores)], dim=1)
-        samples = []
-        for row in range(new.shape[0]):
-            ids = new[row].tolist()
-            end = next((t for t, tok in enumerate(ids) if tok in loaded.eos_ids), None)
-            # The end-of-sequence token was chosen too (the grammar allows it only once the plan is
-            # complete), so its log-prob belongs to the plan's probability.
-            length = len(ids) if end is None else end + 1
-            text_ids = ids[:length] if end is None else ids[:end]
-            samples.append(Sample(
-                text=tokenizer.decode(text_ids, skip_special_tokens=True),
-                token_ids=ids[:length],
-                token_logprobs=allowed[row, :length].tolist(),
-                model_logprobs=own[row, :length].tolist(),
-                sampling_logprobs=used[row, :length].tolist(),
-                finished=end is not None,
-            ))
         return samples
 
     @staticmethod
     def _inputs(loaded: _Loaded, prompts: list[list[int]]):
-        """The batch's token ids and attention mask, and the cache to start from. With the shared prefix
-        cached, each row is the prefix, padding, then its own tokens (positions follow the mask, so the
-        padding changes nothing); otherwise rows are padded on the left and nothing is cached."""
+        """The tokens to feed, the attention mask and the cache to start from. With the shared prefix
+        cached, each row is padding then its own tokens after the prefix the cache holds (positions
+        follow the mask, so the padding changes nothing); otherwise whole prompts padded on the left,
+        and an empty cache."""
+        from transformers.cache_utils import DynamicCache
+
         torch, pad = loaded.torch, loaded.tokenizer.pad_token_id
         own = loaded.prefix.split(prompts)
         rows = own if own is not None else prompts
         width = max(len(r) for r in rows)
         head = loaded.prefix.ids if own is not None else []
-        ids = [head + [pad] * (width - len(r)) + r for r in rows]
+        ids = [[pad] * (width - len(r)) + r for r in rows]
         mask = [[1] * len(head) + [0] * (width - len(r)) + [1] * len(r) for r in rows]
         inputs = {"input_ids": torch.tensor(ids, device=loaded.device),
                   "attention_mask": torch.tensor(mask, device=loaded.device)}
-        return inputs, (loaded.prefix.for_batch(len(rows)) if own is not None else None)
+        return inputs, (loaded.prefix.for_batch(len(rows)) if own is not None else DynamicCache())
 
     async def aclose(self) -> None:
         self._closed = True
