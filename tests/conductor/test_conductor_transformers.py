@@ -117,9 +117,10 @@ async def test_the_shared_prefix_is_cached_once_and_changes_no_plan(conductor):
         assert a.token_logprobs == pytest.approx(b.token_logprobs, abs=1e-3)
 
 
-async def test_jump_forward_writes_the_plans_token_by_token_decoding_writes_in_fewer_passes(conductor):
-    """The text the grammar forces is fed without decoding it: greedy plans keep every token and
-    log-prob of token-by-token decoding, which itself matches Transformers' own `generate` under
+async def test_jump_forward_and_drafts_write_the_plans_token_by_token_decoding_writes_in_fewer_passes(conductor):
+    """The text the grammar forces is fed without decoding it, and under greedy decoding the rest is
+    guessed from recent plans and confirmed by the model in the same pass: the plans keep every token
+    and log-prob of token-by-token decoding, which itself matches Transformers' own `generate` under
     xgrammar's processor, and take far fewer forward passes."""
     import torch
     from transformers import LogitsProcessorList
@@ -129,26 +130,35 @@ async def test_jump_forward_writes_the_plans_token_by_token_decoding_writes_in_f
     loaded, settings = backend._loaded, backend.settings
     conversations = [backend.prompter.chat_messages(q) for q in real_questions(3)]
     backend.settings = settings.model_copy(update={"temperature": 0.0})
-    try:
+
+    def written(jump_forward: bool, draft: bool):
+        backend.jump_forward, backend.draft = jump_forward, draft
         passes = backend.forward_passes
-        jumped = backend.generate(conversations)
-        jumped_passes, passes = backend.forward_passes - passes, backend.forward_passes
-        backend.jump_forward = False
         try:
-            stepped = backend.generate(conversations)
+            return backend.generate(conversations), backend.forward_passes - passes
         finally:
-            backend.jump_forward = True
-        stepped_passes = backend.forward_passes - passes
+            backend.jump_forward = backend.draft = True
+
+    try:
+        backend.memory = type(backend.memory)()
+        stepped, stepped_passes = written(False, False)
+        jumped, jumped_passes = written(True, False)
+        backend.memory = type(backend.memory)()
+        written(True, True)  # the untrained model's own plans, to draft from
+        drafted, drafted_passes = written(True, True)
     finally:
         backend.settings = settings
-    assert [s.token_ids for s in jumped] == [s.token_ids for s in stepped]
-    for a, b in zip(jumped, stepped):
+    for sample in (*jumped, *drafted):
+        assert sample.token_ids == stepped[(jumped + drafted).index(sample) % 3].token_ids
+    for a, b in zip(jumped + drafted, stepped + stepped):
         assert a.token_logprobs == pytest.approx(b.token_logprobs, abs=1e-3)
         assert a.model_logprobs == pytest.approx(b.model_logprobs, abs=1e-3)
-        assert not any(b.forced) and sum(a.forced) > len(a.token_ids) / 4
+        assert not any(b.forced)
+    assert all(sum(a.forced) > len(a.token_ids) / 4 for a in jumped)
     # One pass for the prompt, then one per token but the last (the end of sequence).
     assert stepped_passes == max(len(s.token_ids) for s in stepped)
     assert jumped_passes < 0.75 * stepped_passes
+    assert drafted_passes < 0.5 * jumped_passes, "a plan written before is confirmed in a few passes"
 
     tokenizer = loaded.tokenizer
     for conversation, sample in zip(conversations, stepped):

@@ -4,7 +4,13 @@ A plan is mostly structure the grammar forces: `{"model_id": [`, `], "subtasks":
 brackets. On a CPU a step of a small model costs the same for one token as for a dozen (it reads every
 weight either way), so the tokens the grammar forces are not decoded one by one: after each drawn token
 the forced text that follows (xgrammar's jump-forward string) is tokenized and fed with it in the next
-forward pass. A one-step plan then takes about a third of the forward passes.
+forward pass. A one-step plan then takes about half the forward passes.
+
+Under greedy decoding the rest is guessed too: a trained conductor writes much the same instructions
+again, so the tokens that followed the same few tokens in a recent plan (`PlanMemory`) are fed as a
+draft, and each is kept only if it is the model's own greedy choice at its position; the first that is
+not ends the chunk, its positions are masked out of the attention and the matcher rolls back. The plan
+is the one token-by-token decoding writes; a repeated plan takes three or four passes.
 
 Forced text is tokenized by the model's own tokenizer, as the conductor was trained on it, and its
 last token is left to the model: the grammar may allow a longer token that starts with it (` [` or
@@ -16,6 +22,7 @@ it was forced, since it was not drawn, so the plan's propensity is the probabili
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -60,9 +67,14 @@ class _Row:
         self.matcher = matcher
         self.sample = Sample(text="", token_ids=[], token_logprobs=[], model_logprobs=[], sampling_logprobs=[],
                              finished=False)
-        self.chunk: list[int] = []  # fed in the next forward pass: the drawn token, then the forced ones
-        self.masks: list = []  # the grammar's mask before each forced token of the chunk
+        self.chunk: list[int] = []  # fed in the next forward pass: the drawn token, then forced and drafted ones
+        self.drafted: list[bool] = []  # per chunk token after the first: a guess the model must confirm
+        self.masks: list = []  # the grammar's mask before each chunk token after the first
         self.done = False
+
+    def context(self) -> list[int]:
+        """What the row has written, with the forced and drafted tokens queued so far."""
+        return self.sample.token_ids + self.chunk[1:]
 
     def emit(self, token: int, own: float, allowed: float, drawn: float, forced: bool) -> None:
         s = self.sample
@@ -76,7 +88,8 @@ class _Row:
 class Decoder:
     """Writes plans for a batch of prompts under per-row grammars (blocking; run it on a worker thread)."""
 
-    def __init__(self, model, tokenizer, eos_ids: set[int], *, jump_forward: bool = True) -> None:
+    def __init__(self, model, tokenizer, eos_ids: set[int], *, jump_forward: bool = True,
+                 memory: PlanMemory | None = None) -> None:
         import torch
         import xgrammar
 
@@ -84,6 +97,7 @@ class Decoder:
         self.model, self.tokenizer, self.eos_ids = model, tokenizer, eos_ids
         self.vocab = model.config.vocab_size
         self.jump_forward = jump_forward
+        self.memory = memory  # recent plans to draft from (greedy decoding only)
         self.forward_passes = 0
 
     def decode(self, input_ids, attention_mask, cache, grammars: Sequence, *, max_new_tokens: int,
@@ -94,11 +108,10 @@ class Decoder:
         rows = [_Row(xgr.GrammarMatcher(g)) for g in grammars]
         bitmask = xgr.allocate_token_bitmask(len(rows), self.vocab)
         mask = attention_mask
-        logits = self._forward(input_ids, mask, cache, keep=1)[:, -1, :]
+        logits = list(self._forward(input_ids, mask, cache, keep=1)[:, -1, :])
         while True:
             self._draw(rows, logits, bitmask, sampling, max_new_tokens)
-            live = [r for r in rows if r.chunk]
-            if not live:
+            if not any(r.chunk for r in rows):
                 break
             width = max(len(r.chunk) for r in rows)
             ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
@@ -111,9 +124,15 @@ class Decoder:
             out = self._forward(ids.to(mask.device), mask, cache, keep=width)
             for i, r in enumerate(rows):
                 if r.chunk:
-                    self._score_forced(r, out[i, width - len(r.chunk):])
-                    r.chunk, r.masks = [], []
-            logits = out[:, -1, :]
+                    start = width - len(r.chunk)
+                    kept = self._check(r, out[i, start:])
+                    mask[i, mask.shape[1] - len(r.chunk) + kept:] = 0  # a refused draft is never attended
+                    logits[i] = out[i, start + kept - 1]
+                    r.chunk, r.drafted, r.masks = [], [], []
+        if self.memory is not None:
+            for r in rows:
+                if r.sample.finished:
+                    self.memory.add(r.sample.token_ids[:-1])
         for r in rows:
             ids = [t for t in r.sample.token_ids if t not in self.eos_ids]
             r.sample.text = self.tokenizer.decode(ids, skip_special_tokens=True)
@@ -129,7 +148,7 @@ class Decoder:
                              logits_to_keep=keep)
         return out.logits.float()
 
-    def _draw(self, rows: list[_Row], logits, bitmask, sampling: Sampling, budget: int) -> None:
+    def _draw(self, rows: list[_Row], logits: list, bitmask, sampling: Sampling, budget: int) -> None:
         """Draws each live row's next token from `logits`, then queues the text the grammar forces after it."""
         torch, xgr = self.torch, self.xgrammar
         live = [i for i, r in enumerate(rows) if not r.done]
@@ -137,7 +156,7 @@ class Decoder:
             return
         for n, i in enumerate(live):
             rows[i].matcher.fill_next_token_bitmask(bitmask, n)
-        logits = logits[live]  # rows that are done have no mask to apply
+        logits = self.torch.stack([logits[i] for i in live])  # rows that are done have no mask to apply
         own = torch.log_softmax(logits, dim=-1)
         masked = logits.clone()
         xgr.apply_token_bitmask_inplace(masked, bitmask[:len(live)].to(masked.device))
@@ -158,37 +177,72 @@ class Decoder:
             if len(r.sample.token_ids) >= budget:
                 r.done = True  # cut off: the text is not a whole plan
                 continue
-            r.chunk = [token, *self._forced(r, budget - len(r.sample.token_ids))]
+            r.chunk = [token]
+            self._extend(r, self._forced(r), budget, drafted=False)
+            if sampling.temperature == 0 and self.memory is not None:
+                self._extend(r, self.memory.draft(r.context()), budget, drafted=True)
 
-    def _forced(self, row: _Row, room: int) -> list[int]:
-        """The tokens of the text the grammar forces next, accepted by the row's matcher, with the grammar's
-        mask before each; the last token of the text is left to the model."""
-        if not self.jump_forward or room <= 1:
+    def _forced(self, row: _Row) -> list[int]:
+        """The tokens of the text the grammar forces next; the last token of the text is left to the model."""
+        if not self.jump_forward:
             return []
         text = row.matcher.find_jump_forward_string()
-        if not text:
-            return []
-        tokens = self.tokenizer.encode(text, add_special_tokens=False)[:-1][:room - 1]
-        accepted = []
-        for t in tokens:
+        return self.tokenizer.encode(text, add_special_tokens=False)[:-1] if text else []
+
+    def _extend(self, row: _Row, tokens: list[int], budget: int, *, drafted: bool) -> None:
+        """Queues `tokens` after the row's chunk while its matcher accepts them and the budget allows,
+        keeping the grammar's mask before each."""
+        room = budget - len(row.sample.token_ids) - (len(row.chunk) - 1) - 1  # the model draws one more after
+        for t in tokens[:max(room, 0)]:
             one = self.xgrammar.allocate_token_bitmask(1, self.vocab)
             row.matcher.fill_next_token_bitmask(one, 0)
-            if not row.matcher.accept_token(t):
+            if t in self.eos_ids or not row.matcher.accept_token(t):
                 break
-            accepted.append(t)
+            row.chunk.append(t)
+            row.drafted.append(drafted)
             row.masks.append(one)
-        return accepted
 
-    def _score_forced(self, row: _Row, logits) -> None:
-        """Records the forced tokens of the row's chunk, each scored by the logits before it."""
+    def _check(self, row: _Row, logits) -> int:
+        """Records the chunk's tokens after the first, each scored by the logits before it: a forced token
+        is kept; a drafted one only when it is the model's own greedy choice, and the chunk ends before
+        the first that is not (the matcher forgets it and what follows). Returns how many were kept."""
         torch = self.torch
         for k, token in enumerate(row.chunk[1:]):
             before = logits[k]
             masked = before.clone().unsqueeze(0)
             self.xgrammar.apply_token_bitmask_inplace(masked, row.masks[k].to(masked.device))
+            if row.drafted[k] and int(masked.argmax()) != token:
+                row.matcher.rollback(len(row.chunk) - 1 - k)
+                return k + 1
             own = float(torch.log_softmax(before, dim=-1)[token])
             allowed = float(torch.log_softmax(masked[0], dim=-1)[token])
-            row.emit(token, own, allowed, 0.0, forced=True)
+            row.emit(token, own, allowed, 0.0, forced=not row.drafted[k])
+        return len(row.chunk)
+
+
+class PlanMemory:
+    """The token ids of recent plans, to draft from: a trained conductor writes much the same
+    instructions again. A draft is what followed the longest recent match of the text's last tokens."""
+
+    def __init__(self, size: int = 32, longest: int = 24) -> None:
+        self._plans: deque[tuple[int, ...]] = deque(maxlen=size)
+        self._longest = longest
+
+    def add(self, token_ids: Sequence[int]) -> None:
+        plan = tuple(token_ids)
+        if plan and plan not in self._plans:
+            self._plans.append(plan)
+
+    def draft(self, context: Sequence[int]) -> list[int]:
+        for n in (4, 3, 2):
+            if len(context) < n:
+                continue
+            tail = tuple(context[-n:])
+            for plan in reversed(self._plans):
+                for at in range(len(plan) - n):
+                    if plan[at:at + n] == tail:
+                        return list(plan[at + n:at + n + self._longest])
+        return []
 
 
 def _warp(masked, sampling: Sampling):

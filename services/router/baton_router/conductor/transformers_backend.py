@@ -37,7 +37,7 @@ from baton_conductor import ADAPTER_MANIFEST, plan_grammar, plan_json_schema
 from baton_platform.config import ConductorConfig, TransformersConductorConfig, WorkerConfig
 from baton_router.conductor.base import Proposal
 from baton_router.conductor.common import ConductorUnavailable, PlanPrompter, log_propensity
-from baton_router.conductor.decoding import Decoder, Sample, Sampling
+from baton_router.conductor.decoding import Decoder, PlanMemory, Sample, Sampling
 
 log = logging.getLogger(__name__)
 
@@ -265,6 +265,8 @@ class TransformersConductor:
         self.batch_sizes: list[int] = []
         self.forward_passes = 0
         self.jump_forward = True  # feed the text the grammar forces without decoding it (see `decoding`)
+        self.draft = True  # under greedy decoding, guess from recent plans and let the model confirm
+        self.memory = PlanMemory()
 
     @property
     def ready(self) -> bool:
@@ -363,7 +365,8 @@ class TransformersConductor:
         # The chat template already wrote the special tokens.
         inputs, cache = self._inputs(loaded, [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts])
         grammars = [loaded.grammars[bool(x)] for x in (inner or [False] * len(prompts))]
-        decoder = Decoder(loaded.model, tokenizer, loaded.eos_ids, jump_forward=self.jump_forward)
+        decoder = Decoder(loaded.model, tokenizer, loaded.eos_ids, jump_forward=self.jump_forward,
+                          memory=self.memory if self.draft else None)
         samples = decoder.decode(inputs["input_ids"], inputs["attention_mask"], cache, grammars,
                                  max_new_tokens=settings.max_new_tokens, pad_id=tokenizer.pad_token_id,
                                  sampling=Sampling(settings.temperature, settings.top_p, settings.top_k))
