@@ -148,15 +148,16 @@ class Decoder:
                              logits_to_keep=keep)
         return out.logits.float()
 
-    def _draw(self, rows: list[_Row], logits: list, bitmask, sampling: Sampling, budget: int) -> None:
-        """Draws each live row's next token from `logits`, then queues the text the grammar forces after it."""
+    def _draw(self, rows: list[_Row], after: list, bitmask, sampling: Sampling, budget: int) -> None:
+        """Draws each live row's next token from the logits `after` its last token, then queues the text the
+        grammar forces after it and, when greedy, a draft."""
         torch, xgr = self.torch, self.xgrammar
         live = [i for i, r in enumerate(rows) if not r.done]
         if not live:
             return
         for n, i in enumerate(live):
             rows[i].matcher.fill_next_token_bitmask(bitmask, n)
-        logits = self.torch.stack([logits[i] for i in live])  # rows that are done have no mask to apply
+        logits = torch.stack([after[i] for i in live])  # rows that are done have no mask to apply
         own = torch.log_softmax(logits, dim=-1)
         masked = logits.clone()
         xgr.apply_token_bitmask_inplace(masked, bitmask[:len(live)].to(masked.device))
