@@ -138,3 +138,22 @@ def test_a_reply_that_breaks_the_schema_or_calls_an_unknown_tool_is_refused():
     with pytest.raises(ProviderError, match="called no tool"):
         check_reply(AnswerSpec(tools=(WEATHER,), tool_choice="required"),
                     ProviderReply(text="hi", input_tokens=1, output_tokens=1, model="m"))
+
+
+@pytest.mark.timeout(60)
+def test_a_catastrophic_pattern_in_the_schema_cannot_stall_the_executor():
+    """`^(a+)+$` against 34 a's and a "!" kept an executor's event loop busy for minutes under Python's
+    `re`; matched in linear time, the answer is refused at once and can be retried."""
+    from baton_executor.providers.base import ProviderReply
+
+    schema = {"type": "object", "properties": {"word": {"type": "string", "pattern": "^(a+)+$"}}}
+    spec = AnswerSpec(response_format="json_schema", schema=schema)
+    reply = ProviderReply(text=json.dumps({"word": "a" * 5000 + "!"}), input_tokens=1, output_tokens=1, model="m")
+    with pytest.raises(ProviderError, match="schema at word") as err:
+        check_reply(spec, reply)
+    assert err.value.retryable
+    # A task whose schema the gateway would have refused fails for good, saying why.
+    refused = AnswerSpec(response_format="json_schema", schema={"type": "string", "pattern": "(?=a)"})
+    with pytest.raises(ProviderError, match="linear time") as err:
+        check_reply(refused, ProviderReply(text='"a"', input_tokens=1, output_tokens=1, model="m"))
+    assert not err.value.retryable

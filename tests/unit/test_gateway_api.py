@@ -172,6 +172,15 @@ def test_a_schema_that_is_not_json_schema_is_a_400_naming_where():
         assert err.value.param == param and "not a valid JSON Schema" in err.value.message
 
 
+def test_a_schema_pattern_that_cannot_match_in_linear_time_is_a_400_naming_it():
+    schema = {"type": "object", "properties": {"word": {"type": "string", "pattern": "^(\\w)\\1$"}}}
+    with pytest.raises(ApiError) as err:
+        parse({"model": "baton", "messages": USER,
+               "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}})
+    assert err.value.param == "response_format.json_schema.schema"
+    assert json.dumps(schema["properties"]["word"]["pattern"]) in err.value.message and "linear time" in err.value.message
+
+
 def test_a_control_character_is_text_as_the_published_schema_counts_it():
     # The schema's `\S` is ECMA-262's, for which \x1f is not whitespace (found by the fuzz suite).
     assert parse({"model": "baton", "messages": [{"role": "user", "content": "\x1f"}]}).messages[0].text() == "\x1f"

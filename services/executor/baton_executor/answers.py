@@ -16,6 +16,7 @@ import jsonschema
 
 from baton.v1 import common_pb2, tasks_pb2
 from baton_executor.providers.base import NO_SPEC, AnswerSpec, ProviderError, ProviderReply, ToolSpec
+from baton_platform import jsonschemas
 
 # Provider finish reasons in OpenAI's words, which is what the client gets.
 FINISH_REASONS = {
@@ -74,14 +75,13 @@ def check_reply(spec: AnswerSpec, reply: ProviderReply) -> None:
                             retryable=True)
     if spec.response_format == "json_schema" and spec.schema:
         try:
-            jsonschema.validate(value, spec.schema)
+            jsonschemas.validate(value, spec.schema)
         except jsonschema.ValidationError as e:
             where = "/".join(str(p) for p in e.absolute_path) or "the top level"
             raise ProviderError(f"the answer does not match the response_format schema at {where}: {e.message}",
                                 retryable=True) from None
-        except jsonschema.SchemaError as e:
-            raise ProviderError(f"the response_format schema is not a valid JSON Schema: {e.message}",
-                                retryable=False) from None
+        except jsonschemas.SchemaRefused as e:  # the gateway refuses such schemas: a task it did not check
+            raise ProviderError(f"the response_format schema is refused: {e}", retryable=False) from None
 
 
 def finish_reason(reply: ProviderReply) -> str:

@@ -17,6 +17,7 @@ import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from baton.v1 import common_pb2
+from baton_platform import jsonschemas
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
@@ -232,6 +233,11 @@ class ChatCompletionRequest(BaseModel):
                 jsonschema.Draft202012Validator.check_schema(schema or {})
             except jsonschema.SchemaError as e:
                 raise ValueError(f"{where} is not a valid JSON Schema: {e.message}") from None
+        if isinstance(self.response_format, SchemaFormat):
+            try:  # the executor checks answers against it: only patterns that match in linear time
+                jsonschemas.check(self.response_format.json_schema.schema_ or {})
+            except jsonschemas.SchemaRefused as e:
+                raise ValueError(f"response_format.json_schema.schema: {e}") from None
         for token, bias in (self.logit_bias or {}).items():
             if not token.isdigit() or not -100 <= bias <= 100:
                 raise ValueError("logit_bias maps token ids to biases from -100 to 100")
