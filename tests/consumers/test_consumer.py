@@ -9,7 +9,7 @@ import uuid
 
 from testbed import REPO, header
 
-from baton.v1 import dead_letter_pb2, requests_pb2, responses_pb2
+from baton.v1 import common_pb2, dead_letter_pb2, requests_pb2, responses_pb2
 from baton_platform import topics
 from baton_platform.consumer import Record
 from baton_platform.messages import PoisonMessage
@@ -73,3 +73,35 @@ async def test_the_readme_example_answers_and_dead_letters(bus):
     assert service.registry.get_sample_value("baton_dlq_messages_total", {"topic": topics.REQUESTS}) == 1
     assert handled and all(consumer.tracker.pending(tp) == 0 for tp in handled), "both records are finished"
     assert {tp.topic for tp in handled} == {topics.REQUESTS}
+
+
+async def test_a_record_too_large_to_send_is_dead_lettered_and_its_partition_goes_on(bus):
+    """A handler whose output would be over the record limit (a task carrying a large conversation three
+    times) can never send it: the record it handles goes to the DLQ saying why, is finished, and the
+    records after it are answered and committed, instead of the partition's commits freezing."""
+    service = Service.create("baton-tripler", bus.config().kafka)
+    answers = service.publisher(topics.RESPONSES, responses_pb2.Response)
+
+    async def triple(request: requests_pb2.ChatRequest, record: Record) -> None:
+        text = request.messages[0].content * 3 if request.messages else "hi"
+        await answers.send(responses_pb2.Response(request_id=request.request_id, answer=text),
+                           key=request.request_id, record=record)
+
+    service.consumer(topics.REQUESTS, requests_pb2.ChatRequest, triple, group="baton-tripler", tracked=True)
+    app = service.asgi_app()
+    big, small = uuid.uuid4().hex, uuid.uuid4().hex
+    large = requests_pb2.ChatRequest(request_id=big, messages=[common_pb2.ChatMessage(
+        role="user", content="x" * 400_000)])
+    async with bus.running(app, topics.RESPONSES, topics.DLQ) as seen:
+        await bus.publish(app, topics.REQUESTS, big, large.SerializeToString())
+        await bus.publish(app, topics.REQUESTS, small, requests_pb2.ChatRequest(request_id=small).SerializeToString())
+        (letter,) = await seen[topics.DLQ].wait(lambda r: r.key == big.encode())
+        (answer,) = await seen[topics.RESPONSES].wait(lambda r: r.key == small.encode())
+        (consumer,) = service.consumers
+        handled = await finished(consumer)
+        if bus.bootstrap is not None:
+            assert await wait_committed(bus.bootstrap, "baton-tripler", handled) == handled
+    assert "over the 1048576-byte record limit" in header(letter, topics.DLQ_REASON_HEADER)
+    assert dead_letter_pb2.DeadLetter.FromString(letter.value).value == large.SerializeToString()
+    assert responses_pb2.Response.FromString(answer.value).answer == "hi"
+    assert handled and all(consumer.tracker.pending(tp) == 0 for tp in handled), "both records are finished"

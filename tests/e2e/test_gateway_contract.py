@@ -124,6 +124,12 @@ def test_openai_client_raises_the_matching_exception_for_each_error(stack):
     big = httpx.post(stack.base_url + "/chat/completions", content=b"x" * 1_100_000,
                      headers={"authorization": f"Bearer {FUZZ_KEY}"})
     assert big.status_code == 413 and big.json()["error"]["code"] == "request_too_large"
+    # 360 KB of question: within max_body_bytes, but each task of its workflow would carry it again,
+    # past the 1 MiB record limit. Refused at once, instead of freezing a router partition.
+    with pytest.raises(openai.APIStatusError) as err:
+        ask(client(stack), content="x " * 180_000)
+    assert err.value.status_code == 413 and err.value.code == "request_too_large" and "each step" in err.value.message
+    assert ask(client(stack)).choices[0].message.content, "the stack answers on"
     lost = httpx.get(stack.base_url + "/nothing-here", headers={"authorization": f"Bearer {FUZZ_KEY}"})
     assert lost.status_code == 404 and lost.json()["error"]["message"] == "Invalid URL (GET /v1/nothing-here)"
 

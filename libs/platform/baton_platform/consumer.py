@@ -66,7 +66,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from baton.v1 import dead_letter_pb2
 from baton_platform import topics
 from baton_platform.config import KafkaConfig
-from baton_platform.kafka import consumer_options
+from baton_platform.kafka import MAX_RECORD_BYTES, RECORD_OVERHEAD_BYTES, consumer_options
 from baton_platform.messages import PoisonMessage, decode, encode
 from baton_platform.offsets import CommitPacer, OffsetTracker
 
@@ -126,6 +126,11 @@ class Publisher:
         acknowledgement would hold up its partition's next record for a broker round trip, and send
         one message per produce request where queued sends share a batch."""
         body = message if isinstance(message, bytes) else encode(message)
+        if len(body) > MAX_RECORD_BYTES - RECORD_OVERHEAD_BYTES:
+            # The producer would refuse it on every try, and the record being handled would stay
+            # unfinished, freezing its partition's commits: it goes to the DLQ instead, saying why.
+            raise PoisonMessage(f"a {self.topic} record of {len(body)} bytes would be over the "
+                                f"{MAX_RECORD_BYTES}-byte record limit")
         headers = dict(headers) if headers else {}
         with self._tracer.start_as_current_span(self._span_name, kind=SpanKind.PRODUCER,
                                                 attributes=self._span_attributes):
@@ -155,8 +160,12 @@ class DeadLetters:
 
     async def send(self, record: Record, reason: str) -> None:
         topic, partition = record.tp.topic, record.tp.partition
+        value = record.value
+        if len(value) > MAX_RECORD_BYTES - 2 * RECORD_OVERHEAD_BYTES:
+            # Too large to wrap: the letter says where the record is, and the topic keeps it until retention.
+            reason, value = f"{reason} (the {len(value)}-byte value is not copied)", b""
         letter = dead_letter_pb2.DeadLetter(
-            source_topic=topic, partition=partition, offset=record.offset, key=record.key, value=record.value,
+            source_topic=topic, partition=partition, offset=record.offset, key=record.key, value=value,
             reason=reason[:2000], service=self._service, failed_unix_ms=int(time.time() * 1000))
         log.warning("dead-lettering %s[%s]@%s: %s", topic, partition, record.offset, reason)
         await self._out.send(letter, key=record.key, headers={topics.DLQ_REASON_HEADER: reason[:500]})

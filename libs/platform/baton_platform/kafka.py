@@ -33,12 +33,22 @@ def _security(cfg: KafkaConfig) -> BaseSecurity | None:
                 use_ssl=cfg.security_protocol == "SASL_SSL")
 
 
+# The largest record a producer sends (the producer's max_request_size, the broker's default
+# message.max.bytes). A record over it can never be sent: `Publisher.send` refuses it before the producer
+# does, and the gateway refuses a request whose workflow records would not fit (a task carries the
+# conversation again, with the plan and earlier outputs).
+MAX_RECORD_BYTES = 1_048_576
+# Room in a record for what goes with its value: key, headers and the record's own framing.
+RECORD_OVERHEAD_BYTES = 8_192
+
+
 def make_broker(cfg: KafkaConfig, *, client_id: str) -> KafkaBroker:
     return KafkaBroker(
         cfg.bootstrap_servers,
         client_id=client_id,
         security=_security(cfg),
         linger_ms=cfg.linger_ms,
+        max_request_size=MAX_RECORD_BYTES,
         # Idempotent producer: a retried send never writes a record twice.
         enable_idempotence=True,
         acks="all",

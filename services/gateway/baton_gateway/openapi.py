@@ -32,7 +32,8 @@ ERRORS = {
                   "the schemas in tools and response_format are valid JSON Schemas."),
     "401": _error("No API key, an incorrect one (code invalid_api_key), or a key without the scope."),
     "404": _error("The model does not exist or the caller may not use it (code model_not_found)."),
-    "413": _error("The request body is larger than gateway.max_body_bytes."),
+    "413": _error("The request body is larger than gateway.max_body_bytes, or its conversation too large for the records "
+                  "of its workflow."),
     "429": _error("A rate limit of the key (code rate_limit_exceeded, with Retry-After), the tenant's budget "
                   "(code insufficient_quota), or the replica at capacity (code overloaded, with Retry-After)."),
     "503": _error("The gateway cannot queue requests yet; retry shortly."),

@@ -37,7 +37,12 @@ from baton_gateway.replies import INTERIM, Replies
 from baton_gateway.streaming import ClosingStreamingResponse, StreamedAnswer, closing_chunks, content_chunk
 from baton_platform.config import GatewayConfig
 from baton_platform.consumer import Publisher
+from baton_platform.kafka import MAX_RECORD_BYTES, RECORD_OVERHEAD_BYTES
 from baton_workflow.errors import TIMEOUTS
+
+# The conversation travels on with every record of its workflow (the plan, then each step's task with
+# its instruction and the outputs it reads): a request keeps three quarters of a record free for them.
+MAX_REQUEST_RECORD_BYTES = (MAX_RECORD_BYTES - RECORD_OVERHEAD_BYTES) // 4
 
 
 class Api:
@@ -121,6 +126,10 @@ class Api:
             msg.temperature = req.temperature
         msg.budget.CopyFrom(budget_from(req.metadata or {}))
         msg.stream = bool(req.stream)
+        if msg.ByteSize() > MAX_REQUEST_RECORD_BYTES:
+            raise ApiError(413, f"the request is {msg.ByteSize()} bytes once encoded; at most "
+                                f"{MAX_REQUEST_RECORD_BYTES} fit, since each step of its workflow carries the "
+                                f"conversation again", code="request_too_large", param="messages")
         self._gate.admit(principal)  # last: a request refused for another reason uses none of the key's rate
         waiter = self._replies.expect(request_id, partition)
         self._gate.opened(request_id, principal)
