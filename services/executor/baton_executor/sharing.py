@@ -18,10 +18,11 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from baton_executor.limits import Allocation, Member, WorkerLimits, allocate, partition_slots
+from baton_executor.limits import TTL_S, Allocation, Member, WorkerLimits, allocate, partition_slots
 from baton_platform import topics
 from baton_platform.kafka import client_options
 
@@ -159,15 +160,39 @@ class ShareExchange:
             self.synced = False
             await consumer.stop()
 
-    def _take(self, value: bytes | None) -> None:
+    def _take(self, value: bytes | None, now: float | None = None) -> None:
+        """Keep a report, or drop one no replica could have sent: the topic is written by every replica,
+        and a forged report (a thousand partitions, calls in flight past the limit, a clock hours ahead
+        so that it never goes stale) would otherwise take every replica's slots away, for good on a
+        compacted topic."""
         try:
             d = json.loads(value or b"{}")
             if d.get("left"):
-                self.table.pop(d["member"], None)
+                self.table.pop(str(d["member"]), None)
                 return
-            self.table[d["member"]] = {"member": str(d["member"]), "partitions": int(d["partitions"]),
-                                       "busy": bool(d["busy"]), "busy_since": float(d["busy_since"]),
-                                       "in_flight": {str(k): int(v) for k, v in dict(d["in_flight"]).items()},
-                                       "at": float(d["at"])}
+            report: dict[str, Any] = {"member": str(d["member"]), "partitions": int(d["partitions"]), "busy": bool(d["busy"]),
+                      "busy_since": float(d["busy_since"]),
+                      "in_flight": {str(k): int(v) for k, v in dict(d["in_flight"]).items()}, "at": float(d["at"])}
         except (ValueError, KeyError, TypeError, AttributeError):
             log.debug("ignoring a malformed limits report")
+            return
+        problem = self._implausible(report, time.time() if now is None else now)
+        if problem:
+            log.warning("ignoring a limits report from %r: %s", report["member"][:64], problem)
+            return
+        self.table[report["member"]] = report
+
+    def _implausible(self, r: dict, now: float) -> str | None:
+        if len(r["member"]) > 64:
+            return "member name too long"
+        if r["at"] > now + TTL_S:
+            return "sent from the future: a report must go stale when its replica stops"
+        if not 0 <= r["busy_since"] <= r["at"]:
+            return "busy since a time outside the report"
+        if r["partitions"] < 0 or (self.total_partitions and r["partitions"] > self.total_partitions):
+            return f"{r['partitions']} partitions of {self.total_partitions}"
+        for name, calls in r["in_flight"].items():
+            lim = self.limits.get(name)
+            if calls < 0 or (lim is not None and calls > lim.concurrency):
+                return f"{calls} calls in flight on {name}"
+        return None
