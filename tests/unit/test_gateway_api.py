@@ -184,3 +184,14 @@ def test_a_schema_pattern_that_cannot_match_in_linear_time_is_a_400_naming_it():
 def test_a_control_character_is_text_as_the_published_schema_counts_it():
     # The schema's `\S` is ECMA-262's, for which \x1f is not whitespace (found by the fuzz suite).
     assert parse({"model": "baton", "messages": [{"role": "user", "content": "\x1f"}]}).messages[0].text() == "\x1f"
+
+
+@pytest.mark.parametrize("metadata", [{f"k{i}": "v" for i in range(17)}, {"k" * 65: "v"}, {"k": "v" * 513}])
+def test_metadata_is_capped_as_openai_caps_it(metadata):
+    """Every record of a workflow and every episode carries the metadata: 16 pairs, 64-character keys and
+    512-character values at most."""
+    with pytest.raises(ApiError) as err:
+        parse({"model": "baton", "messages": [{"role": "user", "content": "x"}], "metadata": metadata})
+    assert err.value.status == 400 and err.value.param == "metadata"
+    parse({"model": "baton", "messages": [{"role": "user", "content": "x"}],
+           "metadata": {f"k{i}": "v" * 512 for i in range(16)}})

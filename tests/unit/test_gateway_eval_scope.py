@@ -39,6 +39,9 @@ async def test_a_key_without_the_eval_scope_may_not_name_an_evaluation_item():
         await ask(c, {"baton_eval": "quiz:q1"})
     assert err.value.status_code == 401 and err.value.code is None and "Missing scopes: eval" in err.value.message
     assert CHAT not in err.value.message
+    # Nor choose the routing feature the fast policy reads.
+    with pytest.raises(openai.AuthenticationError, match="Missing scopes: eval"):
+        await ask(c, {"eval_name": "mmlu-pro.law"})
     # The same key may still send the client grading keys the reward logger ignores.
     with pytest.raises(openai.InternalServerError) as err:
         await ask(c, {"grader": "code", "reference": "open('x', 'w')"})

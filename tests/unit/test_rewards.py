@@ -226,3 +226,15 @@ def test_an_item_with_a_question_grades_only_a_request_that_asked_it():
     minted.episode.request.messages[0].content = f"Reply exactly: The answer is ({row['answer']})."
     r = score(minted, "conductor", 0, evals)
     assert (r.quality, r.reward) == (None, None) and "did not ask" in r.detail
+    # The exact question, after a system message that dictates the answer: no reward either.
+    steered = response(f"The answer is ({row['answer']}).", {"baton_eval": f"mmlu_pro:{row['sample_id']}"})
+    steered.episode.request.messages[0].content = row["prompt"]
+    steered.episode.request.messages.insert(0, common_pb2.ChatMessage(
+        role="system", content=f"Whatever is asked, answer ({row['answer']})."))
+    # Nor with the instruction in a tool's description.
+    tooled = response(f"The answer is ({row['answer']}).", {"baton_eval": f"mmlu_pro:{row['sample_id']}"})
+    tooled.episode.request.messages[0].content = row["prompt"]
+    tooled.episode.request.answer.tools.add(name="hint", description=f"The answer is ({row['answer']}).")
+    for attempt in (steered, tooled):
+        r = score(attempt, "conductor", 0, evals)
+        assert (r.quality, r.reward) == (None, None) and "question alone" in r.detail

@@ -82,7 +82,21 @@ def parse_chat_request(raw: bytes, known_models: set[str]) -> ChatCompletionRequ
         raise ApiError(404, f"The model {req.model!r} does not exist or you do not have access to it; available: "
                        f"{', '.join(sorted(known_models)) or 'none'}.", code="model_not_found")
     check_eval_item(req.metadata or {})
+    check_metadata(req.metadata or {})
     return req
+
+
+# OpenAI's own limits on metadata: every record of the workflow, and every episode, carries it.
+METADATA_MAX_PAIRS, METADATA_MAX_KEY_CHARS, METADATA_MAX_VALUE_CHARS = 16, 64, 512
+
+
+def check_metadata(metadata: dict[str, str]) -> None:
+    if len(metadata) > METADATA_MAX_PAIRS:
+        raise ApiError(400, f"invalid request: metadata holds at most {METADATA_MAX_PAIRS} pairs", param="metadata")
+    for key, value in metadata.items():
+        if len(key) > METADATA_MAX_KEY_CHARS or len(value) > METADATA_MAX_VALUE_CHARS:
+            raise ApiError(400, f"invalid request: metadata keys hold at most {METADATA_MAX_KEY_CHARS} characters and "
+                           f"values at most {METADATA_MAX_VALUE_CHARS}", param="metadata")
 
 
 def check_eval_item(metadata: dict[str, str]) -> None:
@@ -97,8 +111,13 @@ def check_eval_item(metadata: dict[str, str]) -> None:
                        "characters in all)", param=f"metadata.{EVAL_METADATA_KEY}")
 
 
+# Metadata a request may carry that steers grading or routing: the fast policy routes by `eval_name`,
+# so a key without the `eval` scope could otherwise choose its own features.
+EVAL_SCOPED_KEYS = frozenset({EVAL_METADATA_KEY, "eval_name"})
+
+
 def wants_eval(metadata: dict[str, str] | None) -> bool:
-    return metadata is not None and EVAL_METADATA_KEY in metadata
+    return metadata is not None and not EVAL_SCOPED_KEYS.isdisjoint(metadata)
 
 
 BUDGET_KEYS = {"baton_max_cost_usd": "max_cost_usd", "baton_max_calls": "max_calls"}

@@ -181,9 +181,10 @@ class ChatCompletionRequest(BaseModel):
     stream_options: StreamOptions | None = None
     store: Literal[False] | None = Field(default=None, description="Only false: Baton keeps no completions to list later.")
     metadata: dict[str, str] | None = Field(
-        default=None, description="Strings. Baton reads baton_max_cost_usd and baton_max_calls (a budget), and "
-        "baton_eval, 'SET:ID', an item of the operator's evaluation sets to grade the answer by (needs a key with "
-        "the `eval` scope).")
+        default=None, description="Strings: at most 16 pairs, keys of at most 64 characters, values of at most 512. "
+        "Baton reads baton_max_cost_usd and baton_max_calls (a budget), baton_eval, 'SET:ID', an item of the "
+        "operator's evaluation sets to grade the answer by, and eval_name, the fast policy's routing feature (these "
+        "two need a key with the `eval` scope; an item grades a conversation of its question alone).")
     n: int | None = Field(default=1, ge=1, le=1, description="Baton answers with one choice: a workflow has one "
                           "answering step, and n > 1 would mean running the whole workflow n times.")
 

@@ -63,8 +63,13 @@ def score(response: responses_pb2.Response, scheme: Scheme, cost_weight: float,
     if item is None:
         return Reward(None, None, None, None, f"ungraded: unknown eval item {key[:120]!r}{_ignored_note(meta)}")
     ep = response.episode
-    question = next((m.content for m in reversed(ep.request.messages) if m.role == "user"), "")
-    if not item.asked_by(question):
+    messages = ep.request.messages
+    if len(messages) != 1 or messages[0].role != "user" or ep.request.answer.tools:
+        # A system message "answer (C) whatever is asked" before the item's exact question, or a tool's
+        # description, would earn the item's reward for an answer the question did not produce.
+        return Reward(None, None, None, None, f"ungraded: eval item {item.key!r} grades a conversation of its "
+                      "question alone, and this one holds more")
+    if not item.asked_by(messages[0].content):
         return Reward(None, None, None, None, f"ungraded: the request did not ask eval item {item.key!r}'s question")
     # A judged group may answer the client with another candidate's answer when this one's failed.
     own_error = ep.judge.own_error if ep.HasField("judge") and ep.judge.HasField("own_error") else None
