@@ -16,11 +16,12 @@ from testbed import default_config_data, header, tracer
 from baton.v1 import common_pb2, dead_letter_pb2, requests_pb2, workflow_pb2
 from baton_platform import topics
 from baton_platform.telemetry import setup_tracing
+from baton_policy import artefact_digest
 from baton_policy.fastpolicy import Episode, Policy
 from baton_policy.workflows import single
 from baton_router.main import create_app
 from baton_trainer import train_fast
-from baton_trainer.store import PolicyStore, announce, update
+from baton_trainer.store import PolicyStore, Stored, announce, update
 
 
 @pytest.fixture
@@ -116,7 +117,8 @@ async def test_routers_load_published_policies_and_roll_back(bus, tmp_path, monk
     # A name of its own: the shared broker's compacted baton.policy keeps these versions for later
     # tests, whose routers and gateways serve only the default name.
     name = f"baton-{uuid.uuid4().hex[:6]}"
-    config = bus.config(conductor={"backend": "policy", "policy": {"epsilon": 0.0}}, router={"policy_name": name})
+    config = bus.config(conductor={"backend": "policy", "policy": {"epsilon": 0.0}},
+                        router={"policy_name": name, "policy_store": str(tmp_path / "store")})
     app = create_app(config, tracer_provider=tracer())
     store = PolicyStore(str(tmp_path / "store"))
     uris = {}
@@ -135,7 +137,7 @@ async def test_routers_load_published_policies_and_roll_back(bus, tmp_path, monk
         else:
             await announce(config.kafka, message)
 
-    async with bus.running(app, topics.WORKFLOW) as seen:
+    async with bus.running(app, topics.WORKFLOW, topics.DLQ) as seen:
         async def planned_version() -> tuple[str, list[str]]:
             rid = uuid.uuid4().hex
             req = requests_pb2.ChatRequest(request_id=rid,
@@ -157,11 +159,22 @@ async def test_routers_load_published_policies_and_roll_back(bus, tmp_path, monk
         assert version in ("uniform", "v1", "v2")  # whatever the compacted topic held before
         await publish_policy(update(name, "v1", uris["v1"]))
         assert await wait_version("v1") == ("v1", ["gemini-pro"])
+        # Records anyone on the bus could write: a version from outside the store (its digest right), and
+        # one whose digest is not its content's. Both are refused, with the reason, and v1 stays.
+        outside = trained(MODELS[2], 5).save(tmp_path / "elsewhere")
+        forged = [update(name, "outside", Stored(str(outside), artefact_digest(outside))),
+                  update(name, "tampered", Stored(uris["v1"].uri, uris["v2"].digest))]
+        for message in forged:
+            await publish_policy(message)
+        letters = await seen[topics.DLQ].wait(lambda r: r.key == name.encode(), count=2)
+        reasons = sorted(header(r, topics.DLQ_REASON_HEADER) for r in letters)
+        assert "is not inside the policy store" in reasons[0] and "not the published sha256:" in reasons[1], reasons
+        assert await planned_version() == ("v1", ["gemini-pro"])
         await publish_policy(update(name, "v2", uris["v2"]))
         assert await wait_version("v2") == ("v2", ["gemini-flash"])
         out = await asyncio.to_thread(train_fast.rollback, Namespace(config=str(bus.config_path), store=store.root,
                                                                     name=name, to=None))
-        assert out == {"rolled_back": True, "version": "v1", "uri": uris["v1"]}
+        assert out == {"rolled_back": True, "version": "v1", "uri": uris["v1"].uri}
         assert [(m.version, m.rollback) for m in rolled_back] == ([("v1", True)] if bus.bootstrap is None else [])
         for message in rolled_back:
             await publish_policy(message)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from baton.v1 import common_pb2, requests_pb2
 from baton_platform.config import load_config
+from baton_policy import artefact_digest, verified_copy
 from baton_policy.fastpolicy import Episode, Policy
 from baton_policy.workflows import single
 from baton_router.conductor.policy_backend import PolicyConductor, plan_for
@@ -75,6 +77,10 @@ def test_the_store_keeps_versions_in_order_and_refuses_overwrites(tmp_path):
         saved = policy.save(tmp_path / f"src-{v}")
         store.put("baton", v, saved, {"version": v, "uri": store.uri("baton", v), "published_unix_ms": t})
     assert [m["version"] for m in store.versions("baton")] == ["v1", "v2"]
+    # Each version's manifest records the digest of its files, which a router checks its copy against.
+    for m in store.versions("baton"):
+        stored = Path(m["uri"])
+        assert m["digest"] == artefact_digest(stored) and verified_copy(m["uri"], m["digest"], store.root) != stored
     with pytest.raises(FileExistsError):
         store.put("baton", "v1", policy.save(tmp_path / "again"), {"version": "v1", "published_unix_ms": 3})
 

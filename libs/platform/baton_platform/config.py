@@ -405,6 +405,11 @@ class RouterConfig(_HttpService):
         default=DEFAULT_POLICY_NAME, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
         description="The policy this deployment serves: routers load, and the gateway offers, only the versions "
         "published on baton.policy under this name (the trainer's --name); others sharing the topic are ignored.")
+    policy_store: str | None = Field(
+        default=None, min_length=1,
+        description="The policy store (the trainer's --store: a directory or an fsspec URL such as "
+        "s3://bucket/policies). Routers load versions published on baton.policy only from inside it, and always "
+        "only when their content matches the published digest. Unset: any location, digest still checked.")
 
 
 class SynthesizerConfig(_HttpService):

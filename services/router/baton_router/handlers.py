@@ -4,6 +4,7 @@ from baton.policy."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -107,13 +108,15 @@ def register(service: Service, settings: RouterConfig, planner: Planner, backend
     # commit round trip per request would cost the router more than planning a static plan.
     service.consumer(topics.REQUESTS, requests_pb2.ChatRequest, plan_request, group=topics.GROUP_ROUTER,
                      tracked=True, commit_every_s=0.2, description="Chat requests to plan.")
-    register_policies(service, backend, settings.policy_name)
+    register_policies(service, backend, settings.policy_name, settings.policy_store)
 
 
-def register_policies(service: Service, backend, name: str) -> None:
+def register_policies(service: Service, backend, name: str, store: str | None = None) -> None:
     """Every router replica reads the whole (small, compacted) policy topic: a published policy is
     served by all of them without a restart; a rollback is an update naming an older one. Updates of
-    the other kind are for the other backend ("fast": the policy conductor, "lora": vLLM)."""
+    the other kind are for the other backend ("fast": the policy conductor, "lora": vLLM). A version is
+    loaded from a fresh local copy, only when that copy matches the update's digest and, with a
+    configured `store`, only from inside it: anything on the bus could have written the record."""
     kind = getattr(backend, "policy_kind", None)
     if not kind:
         return
@@ -122,11 +125,17 @@ def register_policies(service: Service, backend, name: str) -> None:
     failed = Counter("baton_policies_failed", "Policies from baton.policy that could not be loaded", ["kind"],
                      registry=service.registry)
 
+    copies: dict[str, str] = {}  # digest -> the verified local copy (a rollback names one seen before)
+
     async def on_policy(update: policy_pb2.PolicyUpdate, record: Record) -> None:
         if update.kind != kind or (update.name or DEFAULT_POLICY_NAME) != name:
             return
+        from baton_policy import verified_copy  # the backends that serve policies install it
+
         try:
-            await backend.serve_policy(update.uri, update.version)
+            if update.digest not in copies:
+                copies[update.digest] = str(await asyncio.to_thread(verified_copy, update.uri, update.digest, store))
+            await backend.serve_policy(copies[update.digest], update.version)
         except Exception as e:  # noqa: BLE001 - a bad artefact must not stop planning with the current one
             log.error("policy %s (%s) not loaded; still serving the previous one: %s", update.version, kind, e)
             failed.labels(kind).inc()

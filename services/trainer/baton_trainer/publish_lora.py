@@ -29,11 +29,11 @@ def publish(adapter: Path, store: PolicyStore, name: str, version: str, kafka) -
     with tempfile.TemporaryDirectory() as tmp:
         # A copy, so that the store's manifest is not written into the training output.
         staged = Path(shutil.copytree(adapter, Path(tmp) / "adapter"))
-        uri = store.put(name, version, staged, {"name": name, "version": version, "kind": KIND,
-                                                "uri": store.uri(name, version),
-                                                "published_unix_ms": int(time.time() * 1000)})
-    announce_sync(kafka, update(name, version, uri, kind=KIND))
-    return uri
+        stored = store.put(name, version, staged, {"name": name, "version": version, "kind": KIND,
+                                                   "uri": store.uri(name, version),
+                                                   "published_unix_ms": int(time.time() * 1000)})
+    announce_sync(kafka, update(name, version, stored, kind=KIND))
+    return stored.uri
 
 
 def main(argv: list[str] | None = None) -> int:

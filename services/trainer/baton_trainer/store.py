@@ -7,12 +7,22 @@ import asyncio
 import json
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from baton.v1 import policy_pb2
 from baton_platform import topics
 from baton_platform.config import KafkaConfig
 from baton_platform.kafka import client_options
+from baton_policy import MANIFEST, artefact_digest
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A version in the store: where, and the digest a router checks its copy against."""
+
+    uri: str
+    digest: str
 
 
 class PolicyStore:
@@ -26,9 +36,10 @@ class PolicyStore:
     def uri(self, name: str, version: str) -> str:
         return f"{self.root}/{name}/{version}"
 
-    def put(self, name: str, version: str, source: Path, manifest: dict) -> str:
-        """Copy a saved policy directory into the store, with a manifest; returns its URI."""
-        (source / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    def put(self, name: str, version: str, source: Path, manifest: dict) -> Stored:
+        """Copy a saved policy directory into the store, with a manifest that records its digest."""
+        digest = artefact_digest(source)
+        (source / MANIFEST).write_text(json.dumps({**manifest, "digest": digest}, indent=2))
         target = self.uri(name, version)
         if self._local:
             dest = Path(target.removeprefix("file://"))
@@ -40,7 +51,7 @@ class PolicyStore:
 
             fs, path = fsspec.core.url_to_fs(target)
             fs.put(str(source), path, recursive=True)
-        return target
+        return Stored(target, digest)
 
     def versions(self, name: str) -> list[dict]:
         """Published versions, oldest first, with their manifests."""
@@ -55,11 +66,12 @@ class PolicyStore:
         return sorted(found, key=lambda m: m["published_unix_ms"])
 
 
-def update(name: str, version: str, uri: str, *, estimate: float = 0.0, lower: float = 0.0,
+def update(name: str, version: str, stored: Stored, *, estimate: float = 0.0, lower: float = 0.0,
            rollback: bool = False, kind: str = "fast") -> policy_pb2.PolicyUpdate:
     """`kind`: "fast" (a learned CPU policy) or "lora" (an adapter of the LLM conductor)."""
-    return policy_pb2.PolicyUpdate(name=name, version=version, uri=uri, kind=kind, estimate=estimate,
-                                   estimate_lower=lower, published_unix_ms=int(time.time() * 1000), rollback=rollback)
+    return policy_pb2.PolicyUpdate(name=name, version=version, uri=stored.uri, digest=stored.digest, kind=kind,
+                                   estimate=estimate, estimate_lower=lower, published_unix_ms=int(time.time() * 1000),
+                                   rollback=rollback)
 
 
 async def announce(kafka: KafkaConfig, message: policy_pb2.PolicyUpdate) -> None:

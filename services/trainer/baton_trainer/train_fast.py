@@ -24,7 +24,7 @@ from baton_policy.workflows import single
 
 from .gate import compare, greedy, uniform
 from .logged import read_episodes, read_feedback
-from .store import PolicyStore, announce_sync, update
+from .store import PolicyStore, Stored, announce_sync, update
 
 
 def _held_back(request_id: str, share: float) -> bool:
@@ -77,11 +77,11 @@ def train_fast(args) -> dict:
     if result.publish and args.publish:
         with tempfile.TemporaryDirectory() as tmp:
             saved = candidate.save(Path(tmp) / "policy")
-            uri = store.put(args.name, version, saved, {
+            stored = store.put(args.name, version, saved, {
                 "name": args.name, "version": version, "uri": store.uri(args.name, version),
                 "published_unix_ms": int(time.time() * 1000), "gate": result.as_dict(), "previous": current_name})
-        announce_sync(config.kafka, update(args.name, version, uri, estimate=result.candidate, lower=result.lower))
-        out.update(published=True, uri=uri)
+        announce_sync(config.kafka, update(args.name, version, stored, estimate=result.candidate, lower=result.lower))
+        out.update(published=True, uri=stored.uri)
     else:
         out.update(published=False, reason="the gate said no" if not result.publish else "--publish not given")
     steps.update()
@@ -97,8 +97,11 @@ def rollback(args) -> dict:
     target = next((v for v in versions if v["version"] == args.to), None) if args.to else versions[-2]
     if target is None:
         return {"rolled_back": False, "reason": f"no version {args.to!r}; have {[v['version'] for v in versions]}"}
-    announce_sync(config.kafka, update(args.name, target["version"], target["uri"], rollback=True,
-                                       kind=target.get("kind", "fast")))
+    if "digest" not in target:
+        return {"rolled_back": False, "reason": f"version {target['version']!r} was stored without a digest: "
+                                                "routers would refuse it; publish it again"}
+    announce_sync(config.kafka, update(args.name, target["version"], Stored(target["uri"], target["digest"]),
+                                       rollback=True, kind=target.get("kind", "fast")))
     return {"rolled_back": True, "version": target["version"], "uri": target["uri"]}
 
 

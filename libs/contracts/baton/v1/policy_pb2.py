@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x62\x61ton/v1/policy.proto\x12\x08\x62\x61ton.v1\"\x9f\x01\n\x0cPolicyUpdate\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x0b\n\x03uri\x18\x03 \x01(\t\x12\x0c\n\x04kind\x18\x04 \x01(\t\x12\x10\n\x08\x65stimate\x18\x05 \x01(\x01\x12\x16\n\x0e\x65stimate_lower\x18\x06 \x01(\x01\x12\x19\n\x11published_unix_ms\x18\x07 \x01(\x03\x12\x10\n\x08rollback\x18\x08 \x01(\x08\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x62\x61ton/v1/policy.proto\x12\x08\x62\x61ton.v1\"\xaf\x01\n\x0cPolicyUpdate\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x0b\n\x03uri\x18\x03 \x01(\t\x12\x0c\n\x04kind\x18\x04 \x01(\t\x12\x10\n\x08\x65stimate\x18\x05 \x01(\x01\x12\x16\n\x0e\x65stimate_lower\x18\x06 \x01(\x01\x12\x19\n\x11published_unix_ms\x18\x07 \x01(\x03\x12\x10\n\x08rollback\x18\x08 \x01(\x08\x12\x0e\n\x06\x64igest\x18\t \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,5 +32,5 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'baton.v1.policy_pb2', _glob
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_POLICYUPDATE']._serialized_start=36
-  _globals['_POLICYUPDATE']._serialized_end=195
+  _globals['_POLICYUPDATE']._serialized_end=211
 # @@protoc_insertion_point(module_scope)
