@@ -25,25 +25,10 @@ A `Publisher` is a declared FastStream publisher for one topic and message type:
 it and FastStream's test broker routes it. Each send is a `<topic> publish` span, and its context
 goes in the record's `traceparent` header: one trace follows a request through every service.
 
-Propagation is done here rather than by FastStream's telemetry middleware: per record, that built a
-middleware object, baggage, metrics and often an extra "create" span, and it parented a handler's
-sends on the upstream producer instead of the handler's span. Without it (and without FastStream's
-attempt to parse every body as JSON) each service on the request path used 2-9% less CPU per
-workflow in the bench's 60 s hold.
-
-A whole service that answers every chat request (the same example is in the library's README)::
-
-    service = Service.create("baton-echo", config.kafka)
-    answers = service.publisher(topics.RESPONSES, responses_pb2.Response)
-
-    async def echo(request: requests_pb2.ChatRequest, record: Record) -> None:
-        if not request.request_id:
-            raise PoisonMessage("ChatRequest without request_id")
-        await answers.send(responses_pb2.Response(request_id=request.request_id, answer="hi"), key=request.request_id,
-                           record=record)
-
-    service.consumer(topics.REQUESTS, requests_pb2.ChatRequest, echo, group="baton-echo", tracked=True)
-    app = service.asgi_app()
+Trace context is propagated here rather than by FastStream's telemetry middleware, which built
+several objects and often an extra span per record, and parented a handler's sends on the upstream
+producer instead of the handler's span. A whole service in a dozen lines is the example in
+`libs/platform/README.md` (run as written by `tests/consumers/test_consumer.py`).
 """
 
 from __future__ import annotations

@@ -23,17 +23,15 @@ strong.
 Per query, the policy picks its greedy workflow by its values, which may shrink its heads toward
 their training means (its trust, a ranking device: see :mod:`baton_policy.fastpolicy`); ``v`` is
 that workflow's own predicted quality for the query, less its priced cost. At trust 0 the value is
-the workflow's training mean on every query: a newcomer whose head had learned that a subject is
-hard kept that subject's queries away from itself, though the policy's choice did worse there still
-(MMLU-Pro's dev split, one fit: 195 such queries answered 0.50 right, where the policy trained with
-the worker answered 0.59). Each newcomer k has an optimistic value: its quality with the score one
+the workflow's training mean on every query (comparing against the per-query prediction would keep a
+newcomer away from subjects its head found hard, where the policy's choice does worse still). Each
+newcomer k has an optimistic value: its quality with the score one
 posterior sd above its mean (:data:`OPTIMISM`), less ``W * cost_k / scale``. The newcomer with the
 best optimistic value takes the query when that value beats ``v``: where the head is unsure,
 optimism sends it traffic and its rewards settle the question; where it is sure, it is used as it
-deserves. Thompson sampling, which this replaced, keeps choosing at random between options whose
-posteriors overlap: where a newcomer's edge is a few points, its probability hovered near two
-thirds for the whole stream, and the last half of a replay lost about a point to that alone
-(against a greedy choice on the very same posteriors). Every newcomer whose upper bound (mean + 2
+deserves. Not Thompson sampling: it keeps choosing at random between options whose posteriors
+overlap, so a newcomer a few points better is passed over a third of the time for the whole stream.
+Every newcomer whose upper bound (mean + 2
 sd) is above ``v`` keeps at least the exploration share. If the newcomers' shares sum past 1 they
 are scaled down together; the rest goes to the policy's choice. Every share is exact, so the logged
 propensity is exact.

@@ -1,46 +1,35 @@
 """Provider limits that hold for all replicas of an executor together, with no coordinator.
 
-Shares. Every replica takes a share of each limit. The base share is its share of the tasks topic's
-partitions (tasks are keyed by request id, so load spreads over partitions); with nothing else known
-the base shares add up to the whole limit at any replica count. That alone under-uses a limit when
-backlogs are uneven: on a burst, a replica whose partitions ran dry sits on its share while another
-still has a queue (three replicas on a 300 rpm limit reached 76% of it). So replicas lend: each one
-reports to a small compacted topic (`baton.limits.<provider>`, see `sharing.py`) its partitions,
-whether it has a backlog and how many calls it has in flight, and every replica computes every
-replica's allocation from the same table with the same pure function (`allocate`). An idle replica
-keeps only a small reserve (`RESERVE` of its base weight) and the busy ones split the rest in
-proportion to their partitions. A replica that becomes busy takes its full weight only `GRACE_S`
-after announcing it, by which time the others have read its report and shrunk, so the shares never
-add up to more than the whole for longer than one report's travel time; and the pacers keep
-`headroom` (default 5%) for that and for clock skew. A replica whose report stops for `TTL_S` is
-dead and its share goes to the others; with no table at all (the topic missing) a replica falls
-back to its base share.
+Shares. Every replica takes a share of each limit: its share of the tasks topic's partitions (tasks
+are keyed by request id, so load spreads over partitions), which adds up to the whole limit at any
+replica count. Because backlogs are uneven, replicas also lend: each reports to a small compacted
+topic (`baton.limits.<provider>`, see `sharing.py`) its partitions, whether it has a backlog and its
+calls in flight, and every replica computes every replica's allocation from the same table with the
+same pure function (`allocate`). An idle replica keeps a small reserve (`RESERVE` of its weight) and
+the busy ones split the rest by partitions. A replica that becomes busy takes its full weight only
+`GRACE_S` after announcing it, once the others have read its report and shrunk; the pacers keep
+`headroom` for that and for clock skew. A replica silent for `TTL_S` is gone and its share goes to
+the others; without the table a replica keeps its base share.
 
-Why this and not the alternatives: a shared store (Redis) or a token-leasing coordinator would be
-exact, but is a new dependency and a single point of failure, which the executor has avoided; a
-lease per call over Kafka costs a round trip per call. Re-keying tasks more evenly narrows the gap
-but does not close it (a burst is a few hundred tasks, and their spread over partitions is
-random). Lending moves only the idle replicas' spare, costs one small record per replica every
-quarter second, and degrades to the base shares if the topic is unreachable.
+Why lending, not a shared store or a lease per call: a store (Redis) or a coordinator is a new
+dependency and a single point of failure, and a lease over Kafka costs a round trip per call.
+Lending moves only idle replicas' spare, costs one small record per replica every quarter second,
+and degrades to the base shares when the topic is unreachable.
 
-Concurrency never exceeds the limit across replicas: the `concurrency` slots are split over the
-live replicas in proportion to their partitions, floored, and the slots left go round the replicas
-with a remainder, so the integer slots add up to the limit exactly (rounding each share, as before, gave 9 slots for 8 over 3 replicas and 4 for 1
-over 4). Concurrency is not lent by backlog: a replica that starts a call while idle would
-otherwise wait for another replica's calls to end. When the limit is smaller than the number of
-replicas, some replica gets 0 slots; the order in which the slots left go round rotates every
-`ROTATE_S`, so every replica gets a turn, and a replica may use a slot it was just given only while
-the in-flight calls the others report leave room for it (a replica that lost the slot may still be
-finishing a call). A replica with 0 slots holds its tasks (and stops fetching) until its turn: with
-a total of 1 call in flight, that is the only way not to exceed it. Without the table, each
-partition owns a fixed part of the slots (`partition_slots`), which also never adds up to more.
+Concurrency never exceeds the limit across replicas: the slots are split over the live replicas by
+partitions, floored, and the slots left go round the replicas with a remainder, so they add up to
+the limit exactly. It is not lent by backlog (an idle replica starting a call would otherwise wait
+for another's to end). When the limit is below the replica count some replica gets 0 slots; the
+order of the remainder rotates every `ROTATE_S`, and a replica uses a slot it was just given only
+while the in-flight calls the others report leave room. A replica with 0 slots holds its tasks
+until its turn. Without the table, each partition owns a fixed part of the slots
+(`partition_slots`), which also never adds up to more.
 
-Pacing. Requests and tokens are paced rather than spent in bursts: providers enforce limits over
-short windows, so a minute's budget never leaves at once. A call's estimated tokens are charged
-before it goes: it waits until the pacer has earned them (beyond a credit of one second's worth),
-and the real usage corrects the charge after. A share of zero (no partitions) holds every call; it
-does not mean "unlimited". A 429 pauses the worker on this replica for its Retry-After, instead of
-letting each request find out alone.
+Pacing. Requests and tokens are paced rather than spent in bursts, since providers enforce limits
+over short windows. A call's estimated tokens are charged before it goes (it waits until the pacer
+has earned them, beyond one second's credit) and its real usage corrects the charge. A share of zero
+holds every call; it does not mean "unlimited". A 429 pauses the worker on this replica for its
+Retry-After.
 """
 
 from __future__ import annotations
