@@ -18,7 +18,7 @@ from baton_platform.config import load_config
 from baton_platform.service import Service
 from baton_platform.telemetry import setup_tracing
 from baton_synthesizer.handlers import SynthesizerWiring
-from baton_synthesizer.workflows import Workflows
+from baton_synthesizer.runs import Runs
 from baton_workflow import Plan, to_proto
 
 TP = TopicPartition(topics.WORKFLOW, 0)
@@ -29,7 +29,7 @@ async def wiring(write_config):
     """The wiring on FastStream's in-memory broker; yields it and the responses it publishes."""
     config = load_config(write_config())
     service = Service.create("baton-synthesizer", config.kafka, setup_tracing("t", set_global=False))
-    w = SynthesizerWiring(service, Workflows(config.synthesizer, config.workers, max_steps=config.conductor.max_steps))
+    w = SynthesizerWiring(service, Runs(config.synthesizer, config.workers, max_steps=config.conductor.max_steps))
     responses: list[responses_pb2.Response] = []
 
     @service.broker.subscriber(topics.RESPONSES)

@@ -18,7 +18,7 @@ from baton_platform import topics
 from baton_platform.telemetry import setup_tracing
 from baton_policy import artefact_digest
 from baton_policy.fastpolicy import Episode, Policy
-from baton_policy.workflows import single
+from baton_policy.templates import single
 from baton_router.main import create_app
 from baton_trainer import train_fast
 from baton_trainer.store import PolicyStore, Stored, announce, update

@@ -20,7 +20,7 @@ from testbed import MMLU_PRO, default_config_data, running_stack
 
 from baton_policy.fastpolicy import Policy
 from baton_policy.matrix import load_matrix, without
-from baton_policy.workflows import candidate_workflows
+from baton_policy.templates import candidate_workflows
 
 NEW_MODEL = "Qwen1.5-110B"
 ROUND = 20  # requests sent at once, between waits for the router to learn their rewards

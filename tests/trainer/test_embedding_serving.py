@@ -11,7 +11,7 @@ import numpy as np
 from baton.v1 import common_pb2, requests_pb2
 from baton_platform.config import load_config
 from baton_policy.fastpolicy import Episode, Policy
-from baton_policy.workflows import single
+from baton_policy.templates import single
 from baton_router.conductor.policy_backend import PolicyConductor
 
 ZOO, GARAGE = "gemini-1.5-flash-002", "Meta-Llama-3_1-70B-Instruct"

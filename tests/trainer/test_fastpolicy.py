@@ -10,7 +10,7 @@ from trainer_synth import ACCURACY, make_rows, topic_of
 from baton_policy.aggregate import PanelAggregator, join, parse_options, plurality
 from baton_policy.fastpolicy import Episode, Policy
 from baton_policy.matrix import from_rows
-from baton_policy.workflows import Workflow, candidate_workflows, evaluate_workflows, single
+from baton_policy.templates import Workflow, candidate_workflows, evaluate_workflows, single
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +143,7 @@ def test_learned_panel_beats_plurality_when_members_err_together():
     train, test = from_rows(header, rows[:1000]), from_rows(header, rows[1000:])
     workers = ("twin-a", "twin-b", "alg-expert")
     flows = [Workflow("vote", "vote", workers), Workflow("panel", "panel", workers)]
-    from baton_policy.workflows import fit_aggregators
+    from baton_policy.templates import fit_aggregators
 
     aggs = fit_aggregators(train, flows)
     out = evaluate_workflows(test, flows, aggs)
@@ -159,7 +159,7 @@ def test_escalate_counts_only_the_calls_it_makes():
     m = from_rows(header, rows)
     flows = [Workflow("panel", "panel", ("twin-a", "twin-b", "alg-expert")),
              Workflow("esc", "escalate", ("twin-a", "twin-b", "alg-expert"), first=2)]
-    from baton_policy.workflows import fit_aggregators
+    from baton_policy.templates import fit_aggregators
 
     out = evaluate_workflows(m, flows, fit_aggregators(m, flows))
     # The twins always agree, so the escalation never calls the third worker.

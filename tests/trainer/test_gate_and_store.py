@@ -13,7 +13,7 @@ from baton.v1 import common_pb2, requests_pb2
 from baton_platform.config import load_config
 from baton_policy import artefact_digest, verified_copy
 from baton_policy.fastpolicy import Episode, Policy
-from baton_policy.workflows import single
+from baton_policy.templates import single
 from baton_router.conductor.policy_backend import PolicyConductor, plan_for
 from baton_trainer.gate import compare, greedy, uniform
 from baton_trainer.store import PolicyStore

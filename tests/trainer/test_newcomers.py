@@ -18,7 +18,7 @@ from baton_policy.aggregate import join
 from baton_policy.fastpolicy import Episode, Policy
 from baton_policy.matrix import from_rows, without
 from baton_policy.newcomers import PRIOR_SCALES, Newcomers, OnlineHead, feature_var, log_evidence, outcome_of
-from baton_policy.workflows import single
+from baton_policy.templates import single
 from baton_router.conductor.policy_backend import PolicyConductor
 from baton_trainer import replay
 

@@ -10,7 +10,7 @@ import pytest
 from baton_policy.embeddings import EMBEDDERS, load_embedder
 from baton_policy.fastpolicy import FORMAT_VERSION, Policy
 from baton_policy.matrix import from_rows
-from baton_policy.workflows import single
+from baton_policy.templates import single
 
 NAME = "wordllama-l2_supercat-256"
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from baton_policy.fastpolicy import Policy, grouped_folds, tune_trust
 from baton_policy.matrix import from_rows
-from baton_policy.workflows import single
+from baton_policy.templates import single
 
 
 def test_grouped_folds_keep_a_question_on_one_side():

@@ -12,5 +12,5 @@ class Choice:
     workflow: str  # the workflow's name
     workers: list[str]
     propensity: float  # the probability with which this workflow was picked, logged for off-policy learning
-    kind: str = "single"  # the workflow's kind (baton_policy.workflows.KINDS)
+    kind: str = "single"  # the workflow's kind (baton_policy.templates.KINDS)
     value: float = 0.0  # the policy's value for it on this query

@@ -52,7 +52,7 @@ from .choice import Choice
 from .features import TextFeaturizer
 from .matrix import OutcomeMatrix
 from .newcomers import measure_prior_scale
-from .workflows import Outcomes, Workflow, crossfit_outcomes, fit_aggregators, single
+from .templates import Outcomes, Workflow, crossfit_outcomes, fit_aggregators, single
 
 # 2: the featurizer may add a packaged sentence embedding (its config names it). A version-1
 # directory holds the same fields without it and loads as it always did.
@@ -264,7 +264,7 @@ class Policy:
         ``tune_trust_folds`` (0 = off) sets the grouped cross-validation folds that measure how
         far the heads are trusted at each cost weight (see :func:`tune_trust`). ``embedding``
         names a packaged sentence embedding added to the query features (:mod:`embeddings`)."""
-        from .workflows import candidate_workflows
+        from .templates import candidate_workflows
 
         workflows = list(workflows) if workflows is not None else candidate_workflows(matrix)
         reliability = None

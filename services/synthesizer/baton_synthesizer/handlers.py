@@ -29,13 +29,13 @@ from baton_platform.consumer import Record
 from baton_platform.kafka import client_options, read_since
 from baton_platform.messages import PoisonMessage
 from baton_platform.service import Service
-from baton_synthesizer.workflows import Action, Dispatch, Finish, Notify, Rate, Replan, Return, Run, Workflows
+from baton_synthesizer.runs import Action, Dispatch, Finish, Notify, Rate, Replan, Return, Run, Runs
 
 log = logging.getLogger(__name__)
 
 
 class SynthesizerWiring:
-    def __init__(self, service: Service, workflows: Workflows) -> None:
+    def __init__(self, service: Service, workflows: Runs) -> None:
         self.service = service
         self.workflows = workflows
         # Per partition: the end offset found when it was assigned; records before it are history.

@@ -9,14 +9,14 @@ from baton_platform.config import BatonConfig, ConfigWatch, load_config
 from baton_platform.http import serve
 from baton_platform.service import Service
 from baton_synthesizer.handlers import SynthesizerWiring
-from baton_synthesizer.workflows import Workflows
+from baton_synthesizer.runs import Runs
 
 SERVICE_NAME = "baton-synthesizer"
 
 
 def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = None) -> AsgiFastStream:
     service = Service.create(SERVICE_NAME, config.kafka, tracer_provider)
-    workflows = Workflows(config.synthesizer, config.workers, max_steps=config.conductor.max_steps, judge=config.judge,
+    workflows = Runs(config.synthesizer, config.workers, max_steps=config.conductor.max_steps, judge=config.judge,
                           watch=ConfigWatch())
     SynthesizerWiring(service, workflows)
     return service.asgi_app()

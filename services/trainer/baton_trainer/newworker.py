@@ -21,7 +21,7 @@ from baton_policy.aggregate import join, most_likely
 from baton_policy.fastpolicy import Policy
 from baton_policy.matrix import OutcomeMatrix, without
 from baton_policy.newcomers import Newcomers
-from baton_policy.workflows import Workflow, answer_scores, candidate_workflows, evaluate_workflows
+from baton_policy.templates import Workflow, answer_scores, candidate_workflows, evaluate_workflows
 from baton_trainer.replay import _r
 
 WINDOWS = 10

@@ -35,7 +35,7 @@ import numpy as np
 from baton_policy.embeddings import EMBEDDERS
 from baton_policy.fastpolicy import Policy
 from baton_policy.matrix import OutcomeMatrix, load_matrix
-from baton_policy.workflows import Outcomes, candidate_workflows, evaluate_workflows
+from baton_policy.templates import Outcomes, candidate_workflows, evaluate_workflows
 
 DEFAULT_FRONTIER = (0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0)
 

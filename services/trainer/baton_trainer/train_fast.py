@@ -20,7 +20,7 @@ from baton_platform.config import ConfigError, load_config
 from baton_policy import local_copy
 from baton_policy.embeddings import EMBEDDERS
 from baton_policy.fastpolicy import Policy
-from baton_policy.workflows import single
+from baton_policy.templates import single
 
 from .gate import compare, greedy, uniform
 from .logged import read_episodes, read_feedback

@@ -5,7 +5,7 @@ from testbed import MMLU_PRO
 
 from baton.v1 import common_pb2, requests_pb2, workflow_pb2
 from baton_platform.config import ConfigWatch, load_config
-from baton_synthesizer.workflows import Dispatch, Finish, Workflows
+from baton_synthesizer.runs import Dispatch, Finish, Runs
 from baton_workflow import Plan, to_proto
 
 
@@ -17,9 +17,9 @@ class Clock:
         return self.now
 
 
-def workflows(config, clock) -> Workflows:
-    """Workflows with the settings the synthesizer's create_app gives them."""
-    return Workflows(config.synthesizer, config.workers, max_steps=config.conductor.max_steps, judge=config.judge,
+def workflows(config, clock) -> Runs:
+    """Runs with the settings the synthesizer's create_app gives them."""
+    return Runs(config.synthesizer, config.workers, max_steps=config.conductor.max_steps, judge=config.judge,
                      clock=clock)
 
 
@@ -102,7 +102,7 @@ def test_a_worker_added_to_the_configuration_file_is_served_once_a_plan_names_it
     data = default_config_data()
     path = write_config(data=data)
     config = load_config(path)
-    wf = Workflows(config.synthesizer, config.workers, max_steps=config.conductor.max_steps, clock=Clock(),
+    wf = Runs(config.synthesizer, config.workers, max_steps=config.conductor.max_steps, clock=Clock(),
                    watch=ConfigWatch(path))
     plan = to_proto(Plan(workers=["qwen-110b"], subtasks=["a"], access=[[]]), backend="static")
 
@@ -189,7 +189,7 @@ def test_a_cost_budget_from_config_or_request_whichever_is_tighter(write_config)
 
 
 def test_streaming_requests_get_progress_notes(write_config):
-    from baton_synthesizer.workflows import Notify
+    from baton_synthesizer.runs import Notify
 
     plan = Plan(workers=["gemini-pro", "gemini-flash"], subtasks=["a", "b"], access=[[], [0]])
     wf, run, _ = setup(write_config, plan)
@@ -232,7 +232,7 @@ def test_a_plan_delivered_again_after_its_workflow_finished_does_not_run_again(w
 
 
 def test_a_conductor_step_becomes_an_inner_request_whose_result_returns_as_the_step(write_config):
-    from baton_synthesizer.workflows import Replan, Return
+    from baton_synthesizer.runs import Replan, Return
 
     plan = Plan(workers=["gemini-pro", "gemini-flash", "conductor"], subtasks=["solve", "unrelated", "check"],
                 access=[[], [], [0]])
@@ -274,7 +274,7 @@ def test_a_conductor_step_becomes_an_inner_request_whose_result_returns_as_the_s
 
 
 def test_a_failed_corrective_workflow_fails_the_conductor_step_with_its_reason(write_config):
-    from baton_synthesizer.workflows import Replan, Return
+    from baton_synthesizer.runs import Replan, Return
 
     wf, run, _ = setup(write_config, Plan(workers=["gemini-pro", "conductor"], subtasks=["a", "b"], access=[[], "all"]))
     wf.advance(run)
@@ -342,7 +342,7 @@ def finish_candidate(wf, run, answer):
 
 
 def test_the_judge_gives_the_client_the_best_candidates_answer_and_rates_every_one(write_config):
-    from baton_synthesizer.workflows import Rate
+    from baton_synthesizer.runs import Rate
 
     wf, (primary, one, two), clock = judged_group(write_config)
     assert finish_candidate(wf, primary, "The answer is (A).") == []  # waits for the others

@@ -124,7 +124,9 @@ class Run:
         return [turn(m) for m in self.request.messages]
 
 
-class Workflows:
+class Runs:
+    """The workflows this replica is running (a `Run` each, by request id): events in, actions out."""
+
     def __init__(self, settings: SynthesizerConfig, workers: Sequence[WorkerConfig], *, max_steps: int,
                  judge: JudgeConfig | None = None, clock: Callable[[], int] = _now_ms,
                  watch: ConfigWatch | None = None) -> None:
