@@ -23,7 +23,8 @@ from baton_platform.http import serve
 async def hello(request):
     return PlainTextResponse("hi")
 
-serve(Starlette(routes=[Route("/", hello)]), "127.0.0.1", int(sys.argv[1]), drain_s=float(sys.argv[2]))
+serve(Starlette(routes=[Route("/", hello)]), "127.0.0.1", int(sys.argv[1]), service="drain-test",
+      drain_s=float(sys.argv[2]))
 """
 
 

@@ -219,6 +219,37 @@ def test_callers_need_a_key_and_no_key_ever_shows(stack, client):
         assert secret not in logs and secret not in spans
 
 
+def test_every_service_logs_json_lines_joined_to_the_trace_of_the_request_it_handles(stack, client):
+    """One JSON object per line in every service's log; the lines written while a request is handled
+    carry its trace id; the prompt's text is in no line."""
+    marker = "zebra-marmalade-4417"
+    raw = client.chat.completions.with_raw_response.create(
+        model="baton", messages=[{"role": "user", "content": f"{marker}: how many legs has a spider?"}])
+    request_id = raw.headers["x-baton-request-id"]
+    assert raw.parse().choices[0].message.content
+
+    def trace_id():
+        return next((s["trace_id"] for s in stack.receiver.spans if s["attributes"].get("baton.request_id")
+                     and s["attributes"]["baton.request_id"].string_value == request_id), None)
+
+    wanted = wait_for(trace_id, 20)
+    assert wanted, "no span names the request"
+    services = ("gateway", "router", "synthesizer", "executor-sim-0", "executor-openai_compatible-0", "reward-logger")
+
+    def lines(name):
+        return [json.loads(line) for line in (stack.run_dir / "logs" / f"{name}.log").read_text().splitlines() if line]
+
+    def joined():
+        return {name: [line for line in lines(name) if line.get("trace_id") == wanted] for name in services}
+
+    assert wait_for(lambda: all(joined().values()), 20), {n: len(v) for n, v in joined().items()}
+    for name, mine in joined().items():
+        assert all(line["service"].startswith("baton-") and line["level"] and line["time"] for line in mine), name
+        assert any(request_id in line["event"] for line in mine), (name, mine)
+    logs = "".join(p.read_text() for p in (stack.run_dir / "logs").glob("*.log") if p.name != "kafka.log")
+    assert marker not in logs
+
+
 async def test_feedback_and_published_policies_reach_the_suite(stack, client):
     from baton.v1 import feedback_pb2, policy_pb2
 

@@ -9,7 +9,7 @@ import pytest
 
 from baton_executor.providers import Provider, ProviderCall, ProviderError, build_provider
 from baton_executor.providers.base import parse_go_duration, parse_retry_after, redact
-from baton_platform.http import configure_logging
+from baton_platform.logs import configure_logging
 from baton_tools.standins import run_standin
 
 
@@ -82,7 +82,7 @@ async def test_bad_base_url_is_final():
 @pytest.mark.parametrize("kind", ["openai_compatible", "gemini"])
 async def test_calls_reuse_their_parsed_url_and_log_no_line_per_request(kind, caplog):
     """httpx logs every request with its URL at INFO: the services' logging keeps it at WARNING."""
-    configure_logging()
+    configure_logging("test")
     try:
         with caplog.at_level(logging.INFO), run_standin("openai" if kind == "openai_compatible" else kind) as base_url:
             provider = build_provider(kind, base_url=base_url, api_key="sk-secret-1")
@@ -98,3 +98,5 @@ async def test_calls_reuse_their_parsed_url_and_log_no_line_per_request(kind, ca
         assert len(provider._urls) == (1 if kind == "openai_compatible" else 2)
     finally:
         logging.getLogger("httpx").setLevel(logging.NOTSET)
+        for handler in [h for h in logging.getLogger().handlers if getattr(h, "baton", False)]:
+            logging.getLogger().removeHandler(handler)

@@ -574,6 +574,14 @@ class BatonConfig(BaseSettings):
     def providers(self) -> list[str]:
         return sorted({w.provider for w in self.workers})
 
+    def secrets(self) -> list[str]:
+        """The secret values this configuration names (provider keys, the conductor's key, the Kafka
+        password), read from their environment variables: what logs must mask."""
+        names = [w.api_key_env for w in self.workers] + [self.kafka.sasl_password_env]
+        if self.conductor.openai is not None:
+            names.append(self.conductor.openai.api_key_env)
+        return [os.environ[n] for n in names if n and os.environ.get(n)]
+
 
 
 def is_loopback(host: str) -> bool:

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+
+from baton_platform.logs import configure_logging
 
 ReadyCheck = Callable[[], Awaitable[str | None]]
 
@@ -87,26 +88,21 @@ def _closing_when(draining: Callable[[], bool], app):
     return asgi
 
 
-def configure_logging() -> None:
-    """INFO to stderr, except httpx's line per request: at INFO it logs every provider call with its
-    URL, a log line per step at full traffic (5% of the executor's CPU in `make bench`'s profile)."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-
-
-def serve(app, host: str, port: int, drain_s: float = 0.0, keep_alive_s: int = 5) -> None:
+def serve(app, host: str, port: int, *, service: str, secrets: Iterable[str] = (), drain_s: float = 0.0,
+          keep_alive_s: int = 5) -> None:
     """Run an ASGI app until SIGTERM/SIGINT; uvicorn drives the app's lifespan (broker start/stop).
 
     With `drain_s`, the signal starts that many seconds of serving on, each response closing its
     connection: a client's keep-alive connection then ends after an answer, where it reconnects to
     another replica, instead of being cut while idle, where a request it sends at that moment is lost.
-    `keep_alive_s` is how long an idle connection stays open (uvicorn's default is 5 s)."""
-    configure_logging()
+    `keep_alive_s` is how long an idle connection stays open (uvicorn's default is 5 s). Logs are
+    `service`'s, with `secrets` masked (baton_platform.logs)."""
+    configure_logging(service, secrets)
     server: _Server | None = None
     # uvloop and httptools: per-message loop work (timers, futures, socket reads) and HTTP parsing are
     # a large share of every service's CPU, and these do them in C.
     config = uvicorn.Config(_closing_when(lambda: server is not None and server.draining_since is not None, app),
                             host=host, port=port, log_level="warning", lifespan="on", loop="uvloop", http="httptools",
-                            timeout_keep_alive=keep_alive_s)
+                            timeout_keep_alive=keep_alive_s, log_config=None)
     server = _Server(config, drain_s)
     server.run()

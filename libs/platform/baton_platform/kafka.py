@@ -56,7 +56,9 @@ def make_broker(cfg: KafkaConfig, *, client_id: str) -> KafkaBroker:
         # Handlers take the raw body and decode it themselves (baton_platform.consumer): no dependency
         # injection or pydantic casting per record.
         apply_types=False,
-        # Per-message processing logs go to DEBUG; warnings and errors still surface.
+        # Per-message processing logs go to DEBUG; warnings and errors still surface, through the
+        # service's own log handler (FastStream's default logger writes coloured text to stdout).
+        logger=logging.getLogger("faststream.kafka"),
         log_level=logging.DEBUG,
     )
 

@@ -212,8 +212,13 @@ class TaskConsumer:
             m.tokens.labels(p, w, "output").inc(done.usage.output_tokens)
             m.cost.labels(p, w).inc(done.usage.cost_usd)
             m.latency.labels(p).observe(done.latency_ms / 1000)
+            log.info("task %s on %s completed: %d+%d tokens in %d ms", task.task_id, w, done.usage.input_tokens,
+                     done.usage.output_tokens, done.latency_ms)
         else:
             m.steps.labels(p, w, "failed").inc()
+            failed = event.step_failed
+            log.info("task %s on %s failed: %s%s", task.task_id, w, failed.error.code,
+                     " (retryable)" if failed.retryable else "")
 
     # -- rebalance -----------------------------------------------------------------------------
 

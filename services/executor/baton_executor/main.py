@@ -76,7 +76,8 @@ def run() -> None:
     provider = args.provider or config.executor.provider
     if provider is None:
         parser.error("say which provider this executor serves: --provider or BATON_EXECUTOR__PROVIDER")
-    serve(create_app(config, provider), config.executor.host, args.port if args.port is not None else config.executor.port)
+    serve(create_app(config, provider), config.executor.host, args.port if args.port is not None else config.executor.port,
+          service=topics.executor_service_name(provider), secrets=config.secrets())
 
 
 if __name__ == "__main__":

@@ -61,7 +61,8 @@ def run() -> None:
         app = create_app(config)
     except ConfigError as e:  # no usable key, a bad key entry: say which, and do not start
         raise SystemExit(f"baton-gateway: {e}") from None
-    serve(app, config.gateway.host, config.gateway.port, drain_s=config.gateway.shutdown_drain_s,
+    serve(app, config.gateway.host, config.gateway.port, service=SERVICE_NAME, secrets=config.secrets(),
+          drain_s=config.gateway.shutdown_drain_s,
           keep_alive_s=config.gateway.keep_alive_s)
 
 

@@ -4,6 +4,7 @@ list, Baton's feedback, the OpenAPI document, and every error in OpenAI's shape.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -44,6 +45,8 @@ from baton_workflow.errors import TIMEOUTS
 # its instruction and the outputs it reads): a request keeps three quarters of a record free for them.
 MAX_REQUEST_RECORD_BYTES = (MAX_RECORD_BYTES - RECORD_OVERHEAD_BYTES) // 4
 
+
+log = logging.getLogger(__name__)
 
 class Api:
     def __init__(self, settings: GatewayConfig, tracer: Tracer, gate: Gatekeeper, replies: Replies,
@@ -86,8 +89,10 @@ class Api:
                     self._metrics.tenant_requests.labels(principal.tenant,
                                                          e.code if e.status == 429 else "rejected").inc()
                 span.set_attribute("http.response.status_code", e.status)
+                log.info("chat request refused: %d %s", e.status, e.code)
                 return error_response(e)
             if req.stream:
+                log.info("request %s from %s: streaming", request_id, principal.tenant)
                 return ClosingStreamingResponse(self._stream(req, request_id, waiter, deadline),
                                                 media_type="text/event-stream", headers={"x-baton-request-id": request_id})
             try:
@@ -95,10 +100,14 @@ class Api:
             except ApiError as e:
                 self._metrics.requests.labels(str(e.status)).inc()
                 span.set_attribute("http.response.status_code", e.status)
+                log.info("request %s from %s: %d %s", request_id, principal.tenant, e.status, e.code)
                 return JSONResponse(e.body(), status_code=e.status)
             span.set_attribute("http.response.status_code", 200)
             self._metrics.requests.labels("200").inc()
-            self._metrics.latency.observe(time.perf_counter() - started)
+            elapsed = time.perf_counter() - started
+            self._metrics.latency.observe(elapsed)
+            log.info("request %s from %s: 200 in %.0f ms (%s)", request_id, principal.tenant, elapsed * 1000,
+                     summary_header(response))
             headers = {"x-baton-request-id": request_id, "x-baton-workflow": summary_header(response)}
             return JSONResponse(completion_body(request_id, req.model, response), headers=headers)
 

@@ -166,8 +166,11 @@ def response_row_maker(scheme, cost_weight: float, evals=None, grade_fn=None, ou
             return None  # progress and answer deltas for streaming clients: only final responses are episodes
         stamp = response.completed_unix_ms or response.episode.request.created_unix_ms
         reward = score(response, scheme, cost_weight, evals, grade_fn or grade)
+        outcome = _outcome(reward)
         if outcomes is not None:
-            outcomes.labels(_outcome(reward)).inc()
+            outcomes.labels(outcome).inc()
+        log.info("episode %s: %s%s", response.request_id, outcome.replace("_", " "),
+                 "" if reward.quality is None else f", quality {reward.quality:g}, reward {reward.reward!r:.8}")
         return episode_row(response, reward, partition, offset), stamp
 
     return make

@@ -44,7 +44,8 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
 
 def run() -> None:
     config = load_config()
-    serve(create_app(config), config.reward_logger.host, config.reward_logger.port)
+    serve(create_app(config), config.reward_logger.host, config.reward_logger.port, service=SERVICE_NAME,
+          secrets=config.secrets())
 
 
 if __name__ == "__main__":

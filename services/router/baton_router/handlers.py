@@ -72,6 +72,7 @@ def register(service: Service, settings: RouterConfig, planner: Planner, backend
             # Its client already has its 504 (the gateway answers at the deadline): planning it would
             # spend the conductor on an answer nobody waits for, and lengthen a backlog's drain.
             expired.inc()
+            log.info("request %s not planned: its deadline had passed", request.request_id)
             return
         inner = request.HasField("parent")
         explore = not inner and explores(request.request_id, settings.explore_share)
@@ -86,6 +87,9 @@ def register(service: Service, settings: RouterConfig, planner: Planner, backend
                 span.set_attribute("baton.plan.backend", planner.backend_name)
                 if explore:
                     span.set_attribute("baton.group_id", candidate.group_id)
+                log.info("request %s planned by %s: %s%s", candidate.request_id, planner.backend_name,
+                         " -> ".join(s.worker for s in result.plan.steps) or "no steps",
+                         "" if result.valid else " (the conductor's plan was refused: fallback plan)")
             latency.observe(time.perf_counter() - started)
             plans.labels(planner.backend_name, "valid" if result.valid else "fallback").inc()
             task = direct_task(candidate, result.plan, by_name) if by_name else None

@@ -46,7 +46,7 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
 
 def run() -> None:
     config = load_config()
-    serve(create_app(config), config.router.host, config.router.port)
+    serve(create_app(config), config.router.host, config.router.port, service=SERVICE_NAME, secrets=config.secrets())
 
 
 if __name__ == "__main__":

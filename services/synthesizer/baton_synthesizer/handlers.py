@@ -191,7 +191,11 @@ class SynthesizerWiring:
                 elif isinstance(action, Finish):
                     await self._replies.send(action.response, key=action.response.request_id,
                                              partition=action.reply_partition, record=origin)
-                    self._responses.labels(action.response.WhichOneof("outcome")).inc()
+                    outcome = action.response.WhichOneof("outcome")
+                    self._responses.labels(outcome).inc()
+                    log.info("request %s ended (%s) after %d step(s)", action.response.request_id,
+                             action.response.error.code if outcome == "error" else outcome,
+                             len(action.response.episode.steps))
                     if action.report is not None:
                         # Keyed by the group: it reaches the replica running the client's candidate.
                         await self._workflow.send(action.report, key=action.report.request_id, record=origin)

@@ -24,7 +24,8 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
 
 def run() -> None:
     config = load_config()
-    serve(create_app(config), config.synthesizer.host, config.synthesizer.port)
+    serve(create_app(config), config.synthesizer.host, config.synthesizer.port, service=SERVICE_NAME,
+          secrets=config.secrets())
 
 
 if __name__ == "__main__":

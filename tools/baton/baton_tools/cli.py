@@ -11,6 +11,8 @@ from baton_platform.config import ConfigError
 from baton_tools.stack import REPO_ROOT, Stack, config_path, down
 
 RUN_DIR = Path(os.environ.get("BATON_RUN_DIR") or REPO_ROOT / ".baton" / "run")
+# The stack `up` and `demo` start is read by a person: its services log text unless told otherwise.
+TERMINAL_LOGS = {"BATON_LOG_FORMAT": os.environ.get("BATON_LOG_FORMAT") or "text"}
 
 
 def cmd_up(args) -> int:
@@ -19,7 +21,7 @@ def cmd_up(args) -> int:
     if (RUN_DIR / "stack.json").exists():
         print(f"a stack is already running (see {RUN_DIR / 'stack.json'}); `make down` first", file=sys.stderr)
         return 1
-    stack = Stack(RUN_DIR, config_file=config_path()).start(detach=True)
+    stack = Stack(RUN_DIR, config_file=config_path(), env=TERMINAL_LOGS).start(detach=True)
     print(f"Baton is up: OpenAI-compatible API at {stack.base_url} (model 'baton'); "
           f"Kafka at {stack.bootstrap_servers}; logs in {RUN_DIR / 'logs'}")
     return 0
@@ -29,6 +31,7 @@ def restart_one(name: str) -> int:
     """Restart one service of the running stack (a crashed one, or one to reload), as `up` started it."""
     try:
         stack = Stack.attach(RUN_DIR)
+        stack.extra_env.update(TERMINAL_LOGS)
     except FileNotFoundError:
         print("no stack is running; `baton up` first", file=sys.stderr)
         return 1
@@ -50,7 +53,7 @@ def cmd_demo(args) -> int:
     from baton_tools.demo import run_demo
 
     run_dir = RUN_DIR.parent / "demo"
-    stack = Stack(run_dir, config_file=config_path())
+    stack = Stack(run_dir, config_file=config_path(), env=TERMINAL_LOGS)
     print(f"configuration: {stack.config_file}")
     stack.start()
     try:
