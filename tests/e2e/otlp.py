@@ -39,8 +39,10 @@ class OtlpReceiver:
                     for s in ss.spans:
                         self.spans.append({"service": attrs.get("service.name"), "trace_id": s.trace_id.hex(),
                                            "span_id": s.span_id.hex(), "parent": s.parent_span_id.hex(),
-                                           "name": s.name,
-                                           "attributes": {a.key: a.value for a in s.attributes}})
+                                           "name": s.name, "kind": s.kind,
+                                           "attributes": {a.key: a.value for a in s.attributes},
+                                           "events": [(e.name, {a.key: a.value for a in e.attributes})
+                                                      for e in s.events]})
 
     def services_by_trace(self) -> dict[str, set[str]]:
         out: dict[str, set[str]] = defaultdict(set)

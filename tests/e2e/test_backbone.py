@@ -112,6 +112,7 @@ def test_an_answer_comes_back_through_every_service_in_one_trace(stack, client):
     names = {(s["service"], s["name"]) for s in stack.receiver.spans if s["trace_id"] == trace_id}
     assert ("baton-executor-openai_compatible", "POST") in names or any(
         svc == "baton-executor-openai_compatible" and n.startswith("POST") for svc, n in names), names
+    check_gen_ai_conventions(stack.receiver, trace_id)
 
     ep = wait_for(lambda: episode_of(stack.dataset_dir, request_id), 20)
     assert ep is not None, "the episode never reached the dataset"
@@ -119,6 +120,44 @@ def test_an_answer_comes_back_through_every_service_in_one_trace(stack, client):
     assert (ep["grader"], ep["quality"], ep["reward"]) == ("regex", 1.0, 1.0), ep["reward_detail"]
     assert ep["reference"] == DRAFT_CHECK
     assert [s["worker"] for s in ep["steps"]] == ["gemini-flash", "llama-70b", "local-llm"]
+
+
+def check_gen_ai_conventions(receiver, trace_id: str) -> None:
+    """The request's trace in OpenTelemetry's GenAI terms: one `invoke_workflow baton` span over its
+    plan, a `chat {model}` client span per step under it, and the reward logger's grade as a
+    `gen_ai.evaluation.result` event."""
+    def spans():
+        return [s for s in receiver.spans if s["trace_id"] == trace_id]
+
+    assert wait_for(lambda: any(s["events"] for s in spans()), 10), "no evaluation event in the trace"
+    by_id = {s["span_id"]: s for s in spans()}
+    (workflow,) = [s for s in spans() if s["name"] == "invoke_workflow baton"]
+    assert workflow["service"] == "baton-synthesizer"
+    assert workflow["attributes"]["gen_ai.operation.name"].string_value == "invoke_workflow"
+    assert workflow["attributes"]["baton.outcome"].string_value == "answer"
+
+    def under_workflow(span) -> bool:
+        while span is not None:
+            if span is workflow:
+                return True
+            span = by_id.get(span["parent"])
+        return False
+
+    chats = [s for s in spans() if s["name"].startswith("chat ")]
+    assert sorted(s["attributes"]["gen_ai.request.model"].string_value for s in chats) == [
+        "Meta-Llama-3_1-70B-Instruct", "gemini-1.5-flash-002", "local-model"], [s["name"] for s in chats]
+    for chat in chats:
+        attrs = chat["attributes"]
+        assert chat["kind"] == 3 and under_workflow(chat), chat  # SPAN_KIND_CLIENT
+        assert attrs["gen_ai.operation.name"].string_value == "chat"
+        assert attrs["gen_ai.provider.name"].string_value in ("sim", "openai_compatible")
+        assert attrs["gen_ai.usage.input_tokens"].int_value > 0 and attrs["gen_ai.usage.output_tokens"].int_value > 0
+        assert attrs["gen_ai.response.model"].string_value
+    (grade,) = [a for s in spans() if s["service"] == "baton-reward-logger"
+                for name, a in s["events"] if name == "gen_ai.evaluation.result"]
+    assert grade["gen_ai.evaluation.name"].string_value == "regex"
+    assert grade["gen_ai.evaluation.score.value"].double_value == 1.0
+    assert grade["gen_ai.evaluation.score.label"].string_value == "pass"
 
 
 def test_streaming_returns_openai_chunks_with_usage(stack, client):

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
-from opentelemetry.trace import Tracer
+from opentelemetry.trace import SpanKind, Tracer
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -140,19 +141,49 @@ class StepRunner:
             limits.settle(estimate, actual)
 
     async def _traced_call(self, task: tasks_pb2.Task, worker: WorkerConfig, call: ProviderCall) -> ProviderReply:
-        # GenAI semantic-convention attributes; prompt and answer text stay off the span.
-        with self._tracer.start_as_current_span(f"chat {worker.model}") as span:
-            span.set_attribute("gen_ai.operation.name", "chat")
-            span.set_attribute("gen_ai.provider.name", self._provider_name)
-            span.set_attribute("gen_ai.request.model", worker.model)
-            span.set_attribute("baton.worker", worker.name)
-            span.set_attribute("baton.task_id", task.task_id)
+        """The provider call as a `chat {model}` client span with the GenAI semantic conventions'
+        attributes (v1.41.0), and their client metrics. Prompt and answer text stay off the span."""
+        labels = ("chat", self._provider_name, worker.model)
+        attributes = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": self._provider_name,
+                      "gen_ai.request.model": worker.model, "baton.worker": worker.name, "baton.task_id": task.task_id}
+        if call.max_tokens:
+            attributes["gen_ai.request.max_tokens"] = call.max_tokens
+        if call.temperature is not None:
+            attributes["gen_ai.request.temperature"] = call.temperature
+        started = time.perf_counter()
+        first_chunk: list[float] = []
+        if call.on_delta is not None:
+            emit = call.on_delta
+
+            def on_delta(text: str) -> None:
+                if not first_chunk:
+                    first_chunk.append(time.perf_counter() - started)
+                emit(text)
+
+            call = dataclasses.replace(call, on_delta=on_delta)
+        with self._tracer.start_as_current_span(f"chat {worker.model}", kind=SpanKind.CLIENT,
+                                                attributes=attributes) as span:
             provider = self._workers[task.worker]
-            if isinstance(provider, SimProvider):
-                reply = await provider.complete(call, query=task.query, candidates=task.candidates)
-            else:
-                reply = await provider.complete(call)
+            try:
+                if isinstance(provider, SimProvider):
+                    reply = await provider.complete(call, query=task.query, candidates=task.candidates)
+                else:
+                    reply = await provider.complete(call)
+            except ProviderError as e:
+                error = str(e.status) if e.status else "provider_error"
+                span.set_attribute("error.type", error)
+                self._metrics.gen_ai_duration.labels(*labels, error).observe(time.perf_counter() - started)
+                raise
+            m = self._metrics
+            m.gen_ai_duration.labels(*labels, "").observe(time.perf_counter() - started)
+            m.gen_ai_tokens.labels(*labels, "input").observe(reply.input_tokens)
+            m.gen_ai_tokens.labels(*labels, "output").observe(reply.output_tokens)
             span.set_attribute("gen_ai.response.model", reply.model)
             span.set_attribute("gen_ai.usage.input_tokens", reply.input_tokens)
             span.set_attribute("gen_ai.usage.output_tokens", reply.output_tokens)
+            if reply.finish_reason:
+                span.set_attribute("gen_ai.response.finish_reasons", [reply.finish_reason])
+            if first_chunk:
+                span.set_attribute("gen_ai.response.time_to_first_chunk", first_chunk[0])
+                m.gen_ai_first_chunk.labels(*labels).observe(first_chunk[0])
             return reply

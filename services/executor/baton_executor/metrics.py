@@ -1,8 +1,15 @@
-"""The executor's Prometheus metrics, labelled by provider (and worker where it matters)."""
+"""The executor's Prometheus metrics, labelled by provider (and worker where it matters), and the
+GenAI client metrics of OpenTelemetry's semantic conventions (v1.41.0), named as an OpenTelemetry
+Prometheus exporter names them (`gen_ai.client.token.usage` is `gen_ai_client_token_usage`), with
+their advised buckets."""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+GEN_AI_LABELS = ["gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model"]
+_TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
+_SECONDS_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
 
 
 class ExecutorMetrics:
@@ -26,5 +33,12 @@ class ExecutorMetrics:
                          ["provider", "topic"], registry=registry)
         self.stream_records = Counter("baton_executor_stream_records", "Answer-delta records published for streaming requests",
                                       ["provider"], registry=registry)
+        self.gen_ai_tokens = Histogram("gen_ai_client_token_usage", "Input and output tokens per provider call",
+                                       [*GEN_AI_LABELS, "gen_ai_token_type"], registry=registry, buckets=_TOKEN_BUCKETS)
+        self.gen_ai_duration = Histogram("gen_ai_client_operation_duration_seconds", "Provider call duration",
+                                         [*GEN_AI_LABELS, "error_type"], registry=registry, buckets=_SECONDS_BUCKETS)
+        self.gen_ai_first_chunk = Histogram("gen_ai_client_operation_time_to_first_chunk_seconds",
+                                            "Time to the first chunk of a streamed provider call", GEN_AI_LABELS,
+                                            registry=registry, buckets=_SECONDS_BUCKETS)
         self.share = Gauge("baton_executor_limit_share", "Share of the provider's limits this replica holds",
                            ["provider"], registry=registry)

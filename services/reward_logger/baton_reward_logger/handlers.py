@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 import pyarrow as pa
 from aiokafka import TopicPartition
 from google.protobuf.message import Message
+from opentelemetry import trace
 from prometheus_client import Counter
 
 from baton.v1 import feedback_pb2, responses_pb2, rewards_pb2
@@ -169,6 +170,12 @@ def response_row_maker(scheme, cost_weight: float, evals=None, grade_fn=None, ou
         outcome = _outcome(reward)
         if outcomes is not None:
             outcomes.labels(outcome).inc()
+        if reward.quality is not None:
+            # GenAI semantic conventions (v1.41.0): the grade as an event on the span handling the response.
+            trace.get_current_span().add_event("gen_ai.evaluation.result", {
+                "gen_ai.evaluation.name": reward.grader or "", "gen_ai.evaluation.score.value": reward.quality,
+                "gen_ai.evaluation.score.label": "pass" if reward.quality >= 1 else "fail",
+                "baton.request_id": response.request_id})
         log.info("episode %s: %s%s", response.request_id, outcome.replace("_", " "),
                  "" if reward.quality is None else f", quality {reward.quality:g}, reward {reward.reward!r:.8}")
         return episode_row(response, reward, partition, offset), stamp

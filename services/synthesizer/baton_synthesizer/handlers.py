@@ -20,6 +20,7 @@ import logging
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from opentelemetry import context as otel_context
+from opentelemetry import trace
 from prometheus_client import Counter, Gauge
 
 from baton.v1 import feedback_pb2, requests_pb2, responses_pb2, tasks_pb2, workflow_pb2
@@ -41,6 +42,10 @@ class SynthesizerWiring:
         # Per partition: the end offset found when it was assigned; records before it are history.
         self._catchup_end: dict[TopicPartition, int] = {}
         self._last: Run | None = None  # the run the record being handled folded into
+        # Each running workflow's `invoke_workflow baton` span (GenAI conventions), by request id: the
+        # parent of its steps' spans, from its first action here to its end.
+        self._spans: dict[str, trace.Span] = {}
+        self._tracer = service.tracer_provider.get_tracer("baton.synthesizer")
         reg = service.registry
         self._responses = Counter("baton_responses", "Responses published", ["outcome"], registry=reg)
         self._dispatched = Counter("baton_steps_dispatched", "Steps dispatched", ["provider"], registry=reg)
@@ -71,6 +76,7 @@ class SynthesizerWiring:
         for rid, run in list(self.workflows.runs.items()):
             if run.origin[0] in tps:
                 self.workflows.forget(rid)
+                self._end_span(rid, "moved")  # its partition's next owner runs it on, in a span of its own
         for tp in tps:
             self._catchup_end.pop(tp, None)
         self._running.set(len(self.workflows.runs))
@@ -162,19 +168,41 @@ class SynthesizerWiring:
         finally:
             await probe.stop()
 
-    def _ended(self, run: Run, origin: Record | None = None) -> None:
+    def _ended(self, run: Run, origin: Record | None = None, outcome: str = "answered before",
+               error: str = "") -> None:
         """The run's outcome is published: its partition may commit past its start once the broker
         has acknowledged what `origin` collected (the sends that ended it)."""
         self.consumer.finish(origin or Record(*run.origin, b""))
         self.workflows.forget(run.request.request_id)
+        self._end_span(run.request.request_id, outcome, error)
+
+    def _workflow_span(self, run: Run) -> trace.Span:
+        rid = run.request.request_id
+        span = self._spans.get(rid)
+        if span is None:
+            span = self._tracer.start_span("invoke_workflow baton", context=run.trace_context, attributes={
+                "gen_ai.operation.name": "invoke_workflow", "gen_ai.agent.name": "baton", "baton.request_id": rid,
+                "baton.plan.backend": run.plan_proto.backend, "baton.plan.steps": len(run.plan_proto.steps),
+                "baton.plan.workers": [s.worker for s in run.plan_proto.steps]})
+            self._spans[rid] = span
+        return span
+
+    def _end_span(self, request_id: str, outcome: str, error: str = "") -> None:
+        span = self._spans.pop(request_id, None)
+        if span is not None:
+            span.set_attribute("baton.outcome", outcome)
+            if error:
+                span.set_attribute("error.type", error)
+                span.set_status(trace.StatusCode.ERROR)
+            span.end()
 
     async def _execute(self, run: Run, actions: list[Action]) -> None:
         # Every send is queued as part of the run's plan record, which the run's end finishes; the
         # sends before the end need no acknowledgement of their own: until the end, a restart
         # re-reads the plan and the results after it and sends again whatever is missing.
         origin = Record(*run.origin, b"")
-        # Act inside the trace the workflow started in, whatever record or timer triggered it.
-        token = otel_context.attach(run.trace_context) if run.trace_context is not None else None
+        # Act inside the workflow's span, in the trace it started in, whatever record or timer triggered it.
+        token = otel_context.attach(trace.set_span_in_context(self._workflow_span(run), run.trace_context))
         try:
             for action in actions:
                 if isinstance(action, Dispatch):
@@ -193,18 +221,17 @@ class SynthesizerWiring:
                                              partition=action.reply_partition, record=origin)
                     outcome = action.response.WhichOneof("outcome")
                     self._responses.labels(outcome).inc()
-                    log.info("request %s ended (%s) after %d step(s)", action.response.request_id,
-                             action.response.error.code if outcome == "error" else outcome,
+                    ended = action.response.error.code if outcome == "error" else outcome
+                    log.info("request %s ended (%s) after %d step(s)", action.response.request_id, ended,
                              len(action.response.episode.steps))
                     if action.report is not None:
                         # Keyed by the group: it reaches the replica running the client's candidate.
                         await self._workflow.send(action.report, key=action.report.request_id, record=origin)
-                    self._ended(run, origin)
+                    self._ended(run, origin, outcome, error=ended if outcome == "error" else "")
                 elif isinstance(action, Return):
                     # Keyed by the parent: its partition, and so the replica running it, gets the result.
                     await self._workflow.send(action.event, key=action.event.request_id, record=origin)
                     self._responses.labels("returned").inc()
-                    self._ended(run, origin)
+                    self._ended(run, origin, "returned")
         finally:
-            if token is not None:
-                otel_context.detach(token)
+            otel_context.detach(token)
