@@ -17,6 +17,7 @@ KNOWN_CUSTOM_KINDS = {
     ("keda.sh/v1alpha1", "ScaledObject"),
     ("keda.sh/v1alpha1", "TriggerAuthentication"),
     ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    ("monitoring.coreos.com/v1", "PrometheusRule"),
     ("kafka.strimzi.io/v1beta2", "KafkaTopic"),
 }
 
@@ -24,6 +25,7 @@ KNOWN_CUSTOM_KINDS = {
 EVERYTHING_ON = (
     "keda.enabled=true",
     "serviceMonitor.enabled=true",
+    "prometheusRule.enabled=true",
     "dashboard.enabled=true",
     "networkPolicy.enabled=true",
     "networkPolicy.restrictEgress=true",

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import re
 import time
+from pathlib import Path
 
 import httpx
 import openai
@@ -358,3 +360,29 @@ def test_a_client_cannot_choose_its_grader_or_run_code_through_it(stack, client,
     assert "ignored" in attacked["reward_detail"]
     assert not target.exists(), "the client's reference never ran"
     assert found[ordinary.model_extra["baton"]["request_id"]]["quality"] == 1.0
+
+
+def test_every_metric_the_dashboard_and_alerts_name_is_exported(stack, client):
+    """A dashboard panel or an alert on a metric no service exports shows nothing and never fires:
+    every name the chart's dashboard and rules use is in some service's /metrics after traffic."""
+    client.chat.completions.create(model="baton", messages=[{"role": "user", "content": first_question()["prompt"]}])
+    exported: set[str] = set()
+    for svc in stack.services:
+        if svc.argv is not None:
+            continue  # a model server, not a Baton service
+        text = httpx.get(f"http://127.0.0.1:{svc.port}/metrics", timeout=10).text
+        for line in text.splitlines():
+            if line.startswith("# TYPE "):
+                _, _, name, kind = line.split()
+                exported.add(name)
+                if kind == "histogram":
+                    exported.update(f"{name}_{part}" for part in ("bucket", "count", "sum"))
+            elif line and not line.startswith("#"):
+                exported.add(line.split("{")[0].split(" ")[0])
+    chart = Path(__file__).parents[2] / "charts" / "baton"
+    named = {"dashboard": (chart / "dashboards" / "baton.json").read_text(),
+             "alerts": (chart / "alerts" / "baton-rules.yaml").read_text()}
+    for where, text in named.items():
+        used = set(re.findall(r"\b(?:baton|gen_ai)_[a-z0-9_]+\b", text))
+        assert used, where
+        assert used <= exported, f"{where} names metrics no service exports: {sorted(used - exported)}"

@@ -128,6 +128,19 @@ def test_the_budget_stops_a_tenant_with_insufficient_quota():
     assert gate.spent == {"acme": pytest.approx(0.012)}
 
 
+def test_the_budget_gauge_shows_the_share_spent_of_each_budgeted_tenant():
+    from prometheus_client import CollectorRegistry
+
+    from baton_gateway.metrics import GatewayMetrics
+
+    gate = Gatekeeper(*settings(), env={}, share=lambda: 0.5)
+    registry = CollectorRegistry()
+    GatewayMetrics(registry, gate.tenants, waiting=lambda: 0, budgets=gate.budgeted(), budget_used=gate.budget_used)
+    assert gate.budgeted() == ["acme"]
+    gate.settle("r1", "acme", 1, 1, 0.004)  # of this replica's half of $0.01
+    assert registry.get_sample_value("baton_gateway_tenant_budget_used", {"tenant": "acme"}) == pytest.approx(0.8)
+
+
 def test_each_replica_enforces_its_share_of_the_limits():
     gate = Gatekeeper(*settings(), env={}, share=lambda: 0.5)  # half of baton.responses' partitions
     acme = gate.authenticate(bearer(ACME), "chat")

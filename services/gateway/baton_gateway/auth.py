@@ -141,6 +141,16 @@ class Gatekeeper:
         share = self._share()
         return share if share > 0 else 1.0
 
+    def budgeted(self) -> list[str]:
+        """The tenants with a spend budget."""
+        return sorted(name for name, t in self._tenants.items() if t.budget_usd is not None)
+
+    def budget_used(self, tenant: str) -> float:
+        """The share of the tenant's budget spent, as this replica counts it against its part of it
+        (1.0 and above: its calls get 429 insufficient_quota here)."""
+        budget = self._tenants[tenant].budget_usd
+        return self.spent.get(tenant, 0.0) / (budget * self._share_now()) if budget else 0.0
+
     def admit(self, principal: Principal) -> None:
         """Raise a 429 when the tenant's budget is spent or the key is over a rate; else count the request."""
         if self.open:

@@ -30,7 +30,8 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
     # Each replica enforces its share of every limit: its share of baton.responses' partitions (at
     # most all of it, should the topic hold more partitions than configured).
     gate = Gatekeeper(gw, config.tenants, share=lambda: min(1.0, replies.owned / config.kafka.partitions))
-    metrics = GatewayMetrics(service.registry, gate.tenants, waiting=lambda: replies.waiting)
+    metrics = GatewayMetrics(service.registry, gate.tenants, waiting=lambda: replies.waiting,
+                             budgets=gate.budgeted(), budget_used=gate.budget_used)
     admission = Admission(gw.max_waiting)
     inbox = Inbox(replies, gate, admission, metrics, config.router.policy_name)
     handover = Handover(config.kafka, replies.is_waiting, inbox.on_handed_over, gw.request_timeout_s)

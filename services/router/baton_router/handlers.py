@@ -121,13 +121,15 @@ def register_policies(service: Service, backend, name: str, store: str | None = 
     the other kind are for the other backend ("fast": the policy conductor, "lora": vLLM). A version is
     loaded from a fresh local copy, only when that copy matches the update's digest and, with a
     configured `store`, only from inside it: anything on the bus could have written the record."""
-    kind = getattr(backend, "policy_kind", None)
-    if not kind:
-        return
+    # Exported by every router, so dashboards and alerts find them; without children when its backend
+    # serves no published policy.
     loaded = Counter("baton_policies_loaded", "Policies loaded from baton.policy", ["version", "kind"],
                      registry=service.registry)
     failed = Counter("baton_policies_failed", "Policies from baton.policy that could not be loaded", ["kind"],
                      registry=service.registry)
+    kind = getattr(backend, "policy_kind", None)
+    if not kind:
+        return
 
     copies: dict[str, str] = {}  # digest -> the verified local copy (a rollback names one seen before)
 
