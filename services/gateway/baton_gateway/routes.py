@@ -45,8 +45,8 @@ from baton_workflow.errors import TIMEOUTS
 # its instruction and the outputs it reads): a request keeps three quarters of a record free for them.
 MAX_REQUEST_RECORD_BYTES = (MAX_RECORD_BYTES - RECORD_OVERHEAD_BYTES) // 4
 
-
 log = logging.getLogger(__name__)
+
 
 class Api:
     def __init__(self, settings: GatewayConfig, tracer: Tracer, gate: Gatekeeper, replies: Replies,
@@ -106,9 +106,9 @@ class Api:
             self._metrics.requests.labels("200").inc()
             elapsed = time.perf_counter() - started
             self._metrics.latency.observe(elapsed)
-            log.info("request %s from %s: 200 in %.0f ms (%s)", request_id, principal.tenant, elapsed * 1000,
-                     summary_header(response))
-            headers = {"x-baton-request-id": request_id, "x-baton-workflow": summary_header(response)}
+            summary = summary_header(response)
+            log.info("request %s from %s: 200 in %.0f ms (%s)", request_id, principal.tenant, elapsed * 1000, summary)
+            headers = {"x-baton-request-id": request_id, "x-baton-workflow": summary}
             return JSONResponse(completion_body(request_id, req.model, response), headers=headers)
 
     async def _ask(self, req: ChatCompletionRequest, principal: Principal,

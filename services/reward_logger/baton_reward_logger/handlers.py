@@ -176,8 +176,10 @@ def response_row_maker(scheme, cost_weight: float, evals=None, grade_fn=None, ou
                 "gen_ai.evaluation.name": reward.grader or "", "gen_ai.evaluation.score.value": reward.quality,
                 "gen_ai.evaluation.score.label": "pass" if reward.quality >= 1 else "fail",
                 "baton.request_id": response.request_id})
-        log.info("episode %s: %s%s", response.request_id, outcome.replace("_", " "),
-                 "" if reward.quality is None else f", quality {reward.quality:g}, reward {reward.reward!r:.8}")
+        graded = "" if reward.quality is None else f", quality {reward.quality:g}"
+        if reward.reward is not None:
+            graded += f", reward {reward.reward:.4f}"
+        log.info("episode %s: %s%s", response.request_id, outcome.replace("_", " "), graded)
         return episode_row(response, reward, partition, offset), stamp
 
     return make
