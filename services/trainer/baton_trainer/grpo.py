@@ -178,8 +178,56 @@ def train_grpo(
         _sample_under_the_grammar(model, tokenizer, dataset.bounds, max_completion_length)
     reward = PlanOutcomeReward(outcomes, dataset.worker_names, dataset.bounds, cost_weight=cost_weight,
                                unknown=unknown_reward)
+    settings = _grpo_settings(out, steps=steps, prompts_per_step=prompts_per_step, num_generations=num_generations,
+                              max_completion_length=max_completion_length, temperature=temperature,
+                              learning_rate=learning_rate, use_cpu=use_cpu, logging_steps=logging_steps,
+                              progress=progress, seed=seed)
+    settings.update(grpo_args or {})
+    config = GRPOConfig(**settings)
+    lora = LoraConfig(r=lora_r, lora_alpha=lora_alpha or 2 * lora_r, lora_dropout=lora_dropout,
+                      target_modules=target_modules if isinstance(target_modules, str) else list(target_modules),
+                      task_type="CAUSAL_LM")
+    started = time.monotonic()
+    trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=config, train_dataset=dataset.to_dataset(),
+                          processing_class=tokenizer, peft_config=None if resume else lora,
+                          callbacks=[_time_limit(started + time_limit_s)] if time_limit_s else None)
+    result = trainer.train()
+    seconds = time.monotonic() - started
+    adapter_dir = out / ADAPTER_DIR
+    trainer.model.save_pretrained(str(adapter_dir))
+    manifest = {
+        "base_model": str(model_path_or_model) if isinstance(model_path_or_model, (str, os.PathLike))
+        else getattr(model.config, "_name_or_path", ""),
+        "worker_names": dataset.worker_names,
+        "max_steps": dataset.bounds.max_steps,
+        "max_subtask_chars": dataset.bounds.max_subtask_chars,
+        "prompts": len(dataset),
+        "steps": trainer.state.global_step + before.get("steps", 0),
+        "step_limit": steps,
+        "resumed_from": str(resume) if resume else None,
+        "num_generations": num_generations,
+        "prompts_per_step": prompts_per_step,
+        "learning_rate": learning_rate,
+        "lora_r": lora_r,
+        "constraint": constraint,
+        "cost_weight": cost_weight,
+        "unknown_reward": unknown_reward,
+        "train_seconds": round(seconds + before.get("train_seconds", 0.0), 2),
+        "train_loss": result.training_loss,
+        **_reward_summary([h for h in trainer.state.log_history if "reward" in h]),
+    }
+    (adapter_dir / ADAPTER_MANIFEST).write_text(json.dumps(manifest, indent=2))
+    return adapter_dir
+
+
+def _grpo_settings(out: Path, *, steps: int, prompts_per_step: int, num_generations: int,
+                   max_completion_length: int, temperature: float, learning_rate: float, use_cpu: bool,
+                   logging_steps: int, progress: bool, seed: int) -> dict:
+    """GRPOConfig's fields for one run (the caller's `grpo_args` go over them)."""
+    import torch
+
     bf16 = (not use_cpu) and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    settings = {
+    return {
         "output_dir": str(out / "trainer"),
         "max_steps": steps,
         # One optimizer step per generation round: the batch is whole groups of one prompt's samples,
@@ -201,49 +249,22 @@ def train_grpo(
         "seed": seed,
         "data_seed": seed,
     }
-    settings.update(grpo_args or {})
-    config = GRPOConfig(**settings)
-    lora = LoraConfig(r=lora_r, lora_alpha=lora_alpha or 2 * lora_r, lora_dropout=lora_dropout,
-                      target_modules=target_modules if isinstance(target_modules, str) else list(target_modules),
-                      task_type="CAUSAL_LM")
-    started = time.monotonic()
-    trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=config, train_dataset=dataset.to_dataset(),
-                          processing_class=tokenizer, peft_config=None if resume else lora,
-                          callbacks=[_time_limit(started + time_limit_s)] if time_limit_s else None)
-    result = trainer.train()
-    seconds = time.monotonic() - started
-    adapter_dir = out / ADAPTER_DIR
-    trainer.model.save_pretrained(str(adapter_dir))
-    history = [h for h in trainer.state.log_history if "reward" in h]
-    manifest = {
-        "base_model": str(model_path_or_model) if isinstance(model_path_or_model, (str, os.PathLike))
-        else getattr(model.config, "_name_or_path", ""),
-        "worker_names": dataset.worker_names,
-        "max_steps": dataset.bounds.max_steps,
-        "max_subtask_chars": dataset.bounds.max_subtask_chars,
-        "prompts": len(dataset),
-        "steps": trainer.state.global_step + before.get("steps", 0),
-        "step_limit": steps,
-        "resumed_from": str(resume) if resume else None,
-        "num_generations": num_generations,
-        "prompts_per_step": prompts_per_step,
-        "learning_rate": learning_rate,
-        "lora_r": lora_r,
-        "constraint": constraint,
-        "cost_weight": cost_weight,
-        "unknown_reward": unknown_reward,
-        "train_seconds": round(seconds + before.get("train_seconds", 0.0), 2),
-        "train_loss": result.training_loss,
-        "reward_first": history[0]["reward"] if history else None,
-        "reward_last": history[-1]["reward"] if history else None,
+
+
+def _reward_summary(history: list[dict]) -> dict:
+    """The manifest's account of the rewards logged at each step."""
+    if not history:
+        return {"reward_first": None, "reward_last": None, "reward_std_mean": None,
+                **{f"{name}_{end}": None for name in ("valid", "copied") for end in ("first", "last")}}
+    return {
+        "reward_first": history[0]["reward"],
+        "reward_last": history[-1]["reward"],
         # Mean within-group spread of the rewards: 0 means no sample had an advantage over its group.
-        "reward_std_mean": (sum(h.get("reward_std", 0.0) for h in history) / len(history)) if history else None,
+        "reward_std_mean": sum(h.get("reward_std", 0.0) for h in history) / len(history),
         # Shares of the samples the router could run, and that copied the prompt's example (the reward's metrics).
-        **{f"{name}_{end}": (history[i].get(f"plan_{name}_share") if history else None)
+        **{f"{name}_{end}": history[i].get(f"plan_{name}_share")
            for name in ("valid", "copied") for end, i in (("first", 0), ("last", -1))},
     }
-    (adapter_dir / ADAPTER_MANIFEST).write_text(json.dumps(manifest, indent=2))
-    return adapter_dir
 
 
 # ---------------------------------------------------------------- CLI
