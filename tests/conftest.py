@@ -72,3 +72,20 @@ def write_config(tmp_path):
         return path
 
     return write
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failing test that ran on a stack of service processes carries the end of each service's log
+    in its report: a timeout seen from the client says nothing of which service stopped, or why."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" or not report.failed:
+        return
+    from baton_tools.procs import tail
+    from baton_tools.stack import Stack
+
+    for stack in {id(v): v for v in getattr(item, "funcargs", {}).values() if isinstance(v, Stack)}.values():
+        for svc in stack.services:
+            if svc.log:
+                report.sections.append((f"log of {svc.name} ({svc.log})", tail(svc.log, 60)))
