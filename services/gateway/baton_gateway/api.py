@@ -54,6 +54,11 @@ def parse_feedback(raw: bytes) -> feedback_pb2.Feedback:
 
 
 def parse_chat_request(raw: bytes, known_models: set[str]) -> ChatCompletionRequest:
+    return chat_request_from(json_object(raw), known_models)
+
+
+def json_object(raw: bytes) -> dict[str, Any]:
+    """A request body as the JSON object it must be, or a 400 saying what it is instead."""
     try:
         data = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -65,6 +70,12 @@ def parse_chat_request(raw: bytes, known_models: set[str]) -> ChatCompletionRequ
         json.dumps(data, ensure_ascii=False).encode()
     except UnicodeEncodeError:
         raise ApiError(400, "the request body is not valid JSON: a string holds an unpaired surrogate") from None
+    return data
+
+
+def chat_request_from(data: dict[str, Any], known_models: set[str]) -> ChatCompletionRequest:
+    """A chat-completions request, validated: a 400 naming the first parameter at fault, a 404 for a
+    model the caller may not use."""
     try:
         req = ChatCompletionRequest.model_validate(data)
     except ValidationError as e:

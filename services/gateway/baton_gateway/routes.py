@@ -71,47 +71,75 @@ class Api:
                                                 context=propagate.extract(request.headers)) as span:
             principal = None
             try:
-                principal = self._authorize(request, "chat")
-                # Before the body is read: shedding must cost next to nothing.
-                try:
-                    self._admission.admit(self._replies.waiting)
-                except ApiError:
-                    self._metrics.shed.inc()
-                    raise
-                req = parse_chat_request(await self._read_body(request),
-                                         set(self._gate.visible_models(principal, self._models)))
-                if wants_eval(req.metadata):
-                    self._gate.require(principal, EVAL_SCOPE)
-                request_id, waiter, deadline = await self._ask(req, principal, span)
+                principal = self.authorize(request, "chat")
+                self.admit()
+                req = parse_chat_request(await self.read_body(request), self.visible_models(principal))
+                self.check_eval(principal, req)
+                request_id, waiter, deadline = await self.ask(req, principal, span)
             except ApiError as e:
-                self._metrics.requests.labels(str(e.status)).inc()
-                if principal is not None:
-                    self._metrics.tenant_requests.labels(principal.tenant,
-                                                         e.code if e.status == 429 else "rejected").inc()
-                span.set_attribute("http.response.status_code", e.status)
-                log.info("chat request refused: %d %s", e.status, e.code)
-                return error_response(e)
+                return self.refused(e, principal, span)
             if req.stream:
                 log.info("request %s from %s: streaming", request_id, principal.tenant)
                 return ClosingStreamingResponse(self._stream(req, request_id, waiter, deadline),
                                                 media_type="text/event-stream", headers={"x-baton-request-id": request_id})
             try:
-                response = await self._final_response(request_id, waiter, deadline)
+                response = await self.final_response(request_id, waiter, deadline)
             except ApiError as e:
-                self._metrics.requests.labels(str(e.status)).inc()
-                span.set_attribute("http.response.status_code", e.status)
-                log.info("request %s from %s: %d %s", request_id, principal.tenant, e.status, e.code)
-                return JSONResponse(e.body(), status_code=e.status)
-            span.set_attribute("http.response.status_code", 200)
-            self._metrics.requests.labels("200").inc()
-            elapsed = time.perf_counter() - started
-            self._metrics.latency.observe(elapsed)
-            summary = summary_header(response)
-            log.info("request %s from %s: 200 in %.0f ms (%s)", request_id, principal.tenant, elapsed * 1000, summary)
-            headers = {"x-baton-request-id": request_id, "x-baton-workflow": summary}
+                return self.failed(e, request_id, principal, span)
+            headers = self.answered(request_id, principal, response, span, started)
             return JSONResponse(completion_body(request_id, req.model, response), headers=headers)
 
-    async def _ask(self, req: ChatCompletionRequest, principal: Principal,
+    def refused(self, e: ApiError, principal: Principal | None, span: Span) -> JSONResponse:
+        """Count and answer a request refused before its workflow started."""
+        self._metrics.requests.labels(str(e.status)).inc()
+        if principal is not None:
+            self._metrics.tenant_requests.labels(principal.tenant, e.code if e.status == 429 else "rejected").inc()
+        span.set_attribute("http.response.status_code", e.status)
+        log.info("request refused: %d %s", e.status, e.code)
+        return error_response(e)
+
+    def failed(self, e: ApiError, request_id: str, principal: Principal, span: Span) -> JSONResponse:
+        """Count and answer a request whose workflow failed or ran out of time."""
+        self._metrics.requests.labels(str(e.status)).inc()
+        span.set_attribute("http.response.status_code", e.status)
+        log.info("request %s from %s: %d %s", request_id, principal.tenant, e.status, e.code)
+        return JSONResponse(e.body(), status_code=e.status)
+
+    def answered(self, request_id: str, principal: Principal, response: responses_pb2.Response, span: Span,
+                 started: float) -> dict[str, str]:
+        """Count and log a request answered whole; returns the headers its answer carries."""
+        span.set_attribute("http.response.status_code", 200)
+        self._metrics.requests.labels("200").inc()
+        elapsed = time.perf_counter() - started
+        self._metrics.latency.observe(elapsed)
+        summary = summary_header(response)
+        log.info("request %s from %s: 200 in %.0f ms (%s)", request_id, principal.tenant, elapsed * 1000, summary)
+        return {"x-baton-request-id": request_id, "x-baton-workflow": summary}
+
+    def visible_models(self, principal: Principal) -> set[str]:
+        return set(self._gate.visible_models(principal, self._models))
+
+    def check_eval(self, principal: Principal, req: ChatCompletionRequest) -> None:
+        """Metadata that steers grading or routing needs a key with the `eval` scope."""
+        if wants_eval(req.metadata):
+            self._gate.require(principal, EVAL_SCOPE)
+
+    def count(self, status: str) -> None:
+        self._metrics.requests.labels(status).inc()
+
+    def abandon(self, request_id: str) -> None:
+        """Drop the replies still to come for a request whose client is gone or answered."""
+        self._replies.abandon(request_id)
+
+    def admit(self) -> None:
+        """Shed a request when too many wait: before its body is read, so that shedding costs next to nothing."""
+        try:
+            self._admission.admit(self._replies.waiting)
+        except ApiError:
+            self._metrics.shed.inc()
+            raise
+
+    async def ask(self, req: ChatCompletionRequest, principal: Principal,
                    span: Span) -> tuple[str, asyncio.Queue[responses_pb2.Response], float]:
         """Publish `req` on baton.requests; returns its id, the queue its replies arrive on, and its deadline
         (on the monotonic clock)."""
@@ -154,7 +182,7 @@ class Api:
                            type="service_unavailable") from None
         return request_id, waiter, deadline
 
-    async def _next_response(self, request_id: str, waiter: asyncio.Queue[responses_pb2.Response],
+    async def next_response(self, request_id: str, waiter: asyncio.Queue[responses_pb2.Response],
                              deadline: float) -> responses_pb2.Response:
         try:
             return await asyncio.wait_for(waiter.get(), max(0.0, deadline - time.monotonic()))
@@ -163,10 +191,10 @@ class Api:
             raise ApiError(504, f"no answer within {self._gw.request_timeout_s:g} s (request {request_id})",
                            type="server_error", code="timeout") from None
 
-    async def _final_response(self, request_id: str, waiter: asyncio.Queue[responses_pb2.Response],
+    async def final_response(self, request_id: str, waiter: asyncio.Queue[responses_pb2.Response],
                               deadline: float) -> responses_pb2.Response:
         while True:
-            response = await self._next_response(request_id, waiter, deadline)
+            response = await self.next_response(request_id, waiter, deadline)
             if response.WhichOneof("outcome") not in INTERIM:
                 return check_final(request_id, response)
 
@@ -180,7 +208,7 @@ class Api:
             yield sse(opening_chunk(request_id, req.model))
             try:
                 while True:
-                    response = await self._next_response(request_id, waiter, deadline)
+                    response = await self.next_response(request_id, waiter, deadline)
                     kind = response.WhichOneof("outcome")
                     if kind == "delta":
                         if text := answer.accept(response.delta):
@@ -219,8 +247,8 @@ class Api:
 
     async def feedback(self, request: Request) -> Response:
         try:
-            self._authorize(request, "feedback")
-            fb = parse_feedback(await self._read_body(request))
+            self.authorize(request, "feedback")
+            fb = parse_feedback(await self.read_body(request))
             try:
                 await self._feedback_out.send(fb, key=fb.response_id)
             except Exception as e:  # noqa: BLE001 - the broker is unreachable: say so
@@ -232,7 +260,7 @@ class Api:
 
     async def list_models(self, request: Request) -> Response:
         try:
-            principal = self._authorize(request, "chat")
+            principal = self.authorize(request, "chat")
         except ApiError as e:
             return error_response(e)
         return JSONResponse({"object": "list", "data": [
@@ -247,10 +275,10 @@ class Api:
             self._schemas[key] = openapi_document(key)
         return JSONResponse(self._schemas[key])
 
-    def _authorize(self, request: Request, scope: str) -> Principal:
+    def authorize(self, request: Request, scope: str) -> Principal:
         return self._gate.authenticate(request.headers.get("authorization"), scope)
 
-    async def _read_body(self, request: Request) -> bytes:
+    async def read_body(self, request: Request) -> bytes:
         limit = self._gw.max_body_bytes
         declared = request.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > limit:
