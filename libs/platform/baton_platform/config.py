@@ -330,6 +330,11 @@ class _HttpService(_Strict):
 class GatewayConfig(_HttpService):
     port: int = Field(default=8080, ge=0, le=65535)
     request_timeout_s: float = Field(default=120.0, gt=0)
+    stored_responses_days: float = Field(
+        default=30.0, gt=0,
+        description="Days a response created with `store: true` can be read back and continued (previous_response_id): "
+        "the retention of the compacted topic baton.stored-responses, whose whole content every gateway replica "
+        "holds in memory.")
     shutdown_drain_s: float = Field(
         default=0.0, ge=0,
         description="On SIGTERM, seconds the gateway goes on serving, each response closing its connection, "

@@ -12,7 +12,9 @@ from baton_gateway.handover import Handover
 from baton_gateway.inbox import Inbox
 from baton_gateway.metrics import GatewayMetrics
 from baton_gateway.replies import Replies
+from baton_gateway.responses_routes import ResponsesApi
 from baton_gateway.routes import EXCEPTION_HANDLERS, Api
+from baton_gateway.stored import StoredResponses
 from baton_platform import topics
 from baton_platform.config import BatonConfig, ConfigError, load_config
 from baton_platform.http import serve
@@ -48,10 +50,16 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
     async def replies_ready() -> str | None:
         return None if replies.ready else "no partition of baton.responses assigned yet"
 
-    api = Api(gw, service.tracer_provider.get_tracer("baton.gateway"), gate, replies, admission, metrics,
+    tracer = service.tracer_provider.get_tracer("baton.gateway")
+    api = Api(gw, tracer, gate, replies, admission, metrics,
               inbox.models, requests_out=requests_out, feedback_out=feedback_out)
-    app = Starlette(routes=[*api.routes(), *service.http_routes(ready_checks=[replies_ready])],
-                    lifespan=service.lifespan(on_shutdown=[handover.stop]), exception_handlers=EXCEPTION_HANDLERS)
+    stored_out = service.publisher(topics.STORED_RESPONSES, None,
+                                   "Responses created with store: true, keyed by id (a delete: a newer record).")
+    store = StoredResponses(config.kafka, stored_out, gw.stored_responses_days * 86400)
+    responses = ResponsesApi(api, store, tracer)
+    app = Starlette(routes=[*api.routes(), *responses.routes(), *service.http_routes(ready_checks=[replies_ready])],
+                    lifespan=service.lifespan(after_startup=[store.start], on_shutdown=[handover.stop, store.stop]),
+                    exception_handlers=EXCEPTION_HANDLERS)
     app.state.service = service  # its broker, for tests and the AsyncAPI document
     return app
 
