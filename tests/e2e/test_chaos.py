@@ -15,6 +15,11 @@ connection drops). Its workflow is not cancelled: if the gateway had queued it, 
 and its episode is logged once (its answer goes to a reply partition nobody waits on); the client
 must send it again, as a new request. Requests sent while no gateway listens are refused at
 connect, never accepted.
+
+In the `gateway-retry` row the gateway is killed again, and clients send each request with an
+Idempotency-Key and retry it on a connection error until the gateway is back: every request of that
+row must be answered, and its episode logged once (a retry that started a second workflow would log
+a second one).
 """
 
 from __future__ import annotations
@@ -50,7 +55,9 @@ from baton_tools.stack import Stack
 RATE_PER_S = 3.0
 DEADLINE_S = 20.0
 PARTITIONS = 4
-FAULTS = ["gateway", "router", "synthesizer", "executor-sim-0", "executor-sim-1", "reward-logger", "kafka"]
+FAULTS = ["gateway", "gateway-retry", "router", "synthesizer", "executor-sim-0", "executor-sim-1", "reward-logger",
+          "kafka"]
+KEYED = "gateway-retry"  # the row whose clients retry with their Idempotency-Key
 GROUPS = {topics.GROUP_ROUTER: [topics.REQUESTS], topics.GROUP_SYNTHESIZER: [topics.WORKFLOW],
           topics.GROUP_REWARD_LOGGER: [topics.RESPONSES], topics.executor_group("sim"): [topics.tasks_topic("sim")]}
 
@@ -63,6 +70,8 @@ class Call:
     done: float | None = None
     outcome: str = ""  # answer | error | refused | dropped | hung
     reason: str = ""
+    keyed: bool = False  # sent in the KEYED row: with an Idempotency-Key, retried on a connection error
+    retries: int = 0  # sends after the first
 
 
 @dataclass
@@ -96,9 +105,20 @@ class Load:
             i += 1
 
     def _one(self, call: Call, question: str) -> None:
+        keyed = call.keyed = call.phase == KEYED
+        give_up = time.monotonic() + 2 * DEADLINE_S
         try:
-            r = self._client.chat.completions.create(model="baton", messages=[{"role": "user", "content": question}],
-                                                     metadata={"chaos_id": call.cid})
+            while True:
+                try:
+                    r = self._client.chat.completions.create(
+                        model="baton", messages=[{"role": "user", "content": question}], metadata={"chaos_id": call.cid},
+                        extra_headers={"Idempotency-Key": call.cid} if keyed else None)
+                    break
+                except openai.APIConnectionError:
+                    if not keyed or time.monotonic() > give_up:
+                        raise
+                    call.retries += 1
+                    time.sleep(0.5)
             call.outcome, call.reason = ("answer", "") if r.choices[0].message.content else ("error", "empty answer")
         except openai.APITimeoutError:
             call.outcome, call.reason = "hung", "no reply by the deadline"
@@ -231,12 +251,15 @@ def test_every_process_and_the_broker_killed_in_turn_under_load(tmp_path):
                 time.sleep(1)
                 kafka.start()
             else:
-                killed = stack.kill(fault)
+                if fault == KEYED:
+                    time.sleep(1.5)  # requests with keys are in flight when it dies
+                name = "gateway" if fault == KEYED else fault
+                killed = stack.kill(name)
                 for proc in stack._children:
                     if proc.pid == killed.pid:
                         proc.wait(10)  # reap it, as a supervisor would
                 time.sleep(1)
-                restart_with_the_cli(stack, fault)
+                restart_with_the_cli(stack, name)
             back = time.monotonic()
             # Recovered: a request sent once the process (or broker) is back has been answered.
             answered = wait_for(lambda back=back: load.first_answer_after(back), 60, 0.25)
@@ -259,8 +282,13 @@ def test_every_process_and_the_broker_killed_in_turn_under_load(tmp_path):
 
     rerun = sorted(t for t, bodies in results.items() if len(bodies) > 1)
     print_table(calls, rows, recovery, rerun)
-    hung = [c for c in calls if c.outcome == "hung" or c.done is None or c.done - c.sent > DEADLINE_S + 5]
+    hung = [c for c in calls if c.outcome == "hung" or c.done is None
+            or c.done - c.sent > (3 if c.phase == KEYED else 1) * DEADLINE_S + 5]
     assert not hung, f"{len(hung)} request(s) hung past their deadline: {[(c.phase, c.reason) for c in hung][:10]}"
+    keyed = [c for c in calls if c.keyed]
+    assert all(c.outcome == "answer" for c in keyed), \
+        f"requests retried with their Idempotency-Key not answered: {[c.reason for c in keyed if c.outcome != 'answer']}"
+    assert sum(c.retries for c in keyed), "no request of the retry row was cut by the gateway's death: it tested nothing"
     assert all(c.reason for c in calls if c.outcome == "error"), "every error says why"
     assert not rerun, f"steps run again after they had completed: {rerun[:10]}"
     missing = sorted(answered - set(rows))
@@ -295,3 +323,6 @@ def print_table(calls: list[Call], rows: Counter, recovery: dict, rerun: list[st
     dropped = [c for c in calls if c.outcome == "dropped"]
     print(f"connection dropped: {len(dropped)}, of which logged as episodes: {sum(1 for c in dropped if c.cid in rows)}; "
           f"steps re-run after completing: {len(rerun)}")
+    keyed = [c for c in calls if c.keyed]
+    print(f"{KEYED}: {sum(c.retries > 0 for c in keyed)} of {len(keyed)} request(s) retried with their Idempotency-Key "
+          f"({sum(c.retries for c in keyed)} retries); workflows logged for them: {sum(rows.get(c.cid, 0) for c in keyed)}")

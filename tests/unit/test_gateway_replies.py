@@ -34,3 +34,15 @@ async def test_after_a_rebalance_the_requests_waiting_on_revoked_partitions_are_
     await replies.revoked(tps(0))
     await replies.assigned(tps(0, 1, 3))
     assert len(reported) == 1, "nothing waits on the revoked partition 0"
+
+
+def test_every_client_waiting_on_a_request_gets_its_replies_and_each_may_stop_alone():
+    from baton.v1 import responses_pb2
+
+    replies = Replies()
+    first, repeat = replies.expect("a", 0), replies.expect("a", 0)  # a repeat with the first's Idempotency-Key
+    replies.deliver(responses_pb2.Response(request_id="a", delta=responses_pb2.Delta(text="x")))
+    replies.abandon("a", first)  # the first client went away: the repeat still waits
+    assert replies.is_waiting("a") and first.qsize() == 1 and repeat.qsize() == 1
+    assert replies.deliver(responses_pb2.Response(request_id="a", answer="done"))
+    assert repeat.qsize() == 2 and first.qsize() == 1 and not replies.is_waiting("a")

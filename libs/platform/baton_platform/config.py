@@ -335,6 +335,11 @@ class GatewayConfig(_HttpService):
         description="Days a response created with `store: true` can be read back and continued (previous_response_id): "
         "the retention of the compacted topic baton.stored-responses, whose whole content every gateway replica "
         "holds in memory.")
+    idempotency_hours: float = Field(
+        default=24.0, gt=0,
+        description="Hours a request's Idempotency-Key is kept: a repeat with the same key within them gets the first "
+        "request's answer instead of a second workflow. The retention of baton.idempotency, which every gateway "
+        "replica holds in memory; baton.responses must keep replies at least this long.")
     shutdown_drain_s: float = Field(
         default=0.0, ge=0,
         description="On SIGTERM, seconds the gateway goes on serving, each response closing its connection, "

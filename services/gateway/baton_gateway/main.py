@@ -9,6 +9,7 @@ from baton.v1 import feedback_pb2, policy_pb2, requests_pb2, responses_pb2
 from baton_gateway.admission import Admission
 from baton_gateway.auth import Gatekeeper
 from baton_gateway.handover import Handover
+from baton_gateway.idempotency import IdempotencyKeys
 from baton_gateway.inbox import Inbox
 from baton_gateway.metrics import GatewayMetrics
 from baton_gateway.replies import Replies
@@ -51,14 +52,19 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
         return None if replies.ready else "no partition of baton.responses assigned yet"
 
     tracer = service.tracer_provider.get_tracer("baton.gateway")
-    api = Api(gw, tracer, gate, replies, admission, metrics,
-              inbox.models, requests_out=requests_out, feedback_out=feedback_out)
-    stored_out = service.publisher(topics.STORED_RESPONSES, None,
-                                   "Responses created with store: true, keyed by id (a delete: a newer record).")
-    store = StoredResponses(config.kafka, stored_out, gw.stored_responses_days * 86400)
+    keys = IdempotencyKeys(config.kafka, service.publisher(
+        topics.IDEMPOTENCY, None, "Claims of Idempotency-Keys, keyed by a digest of tenant and key."),
+        gw.idempotency_hours * 3600)
+    api = Api(gw, tracer, gate, replies, admission, metrics, inbox.models, requests_out=requests_out,
+              feedback_out=feedback_out, keys=keys, handover=handover)
+    store = StoredResponses(config.kafka, service.publisher(
+        topics.STORED_RESPONSES, None, "Responses created with store: true, keyed by id (a delete: a newer record)."),
+        gw.stored_responses_days * 86400)
     responses = ResponsesApi(api, store, tracer)
+    tables = (keys.table, store.table)
     app = Starlette(routes=[*api.routes(), *responses.routes(), *service.http_routes(ready_checks=[replies_ready])],
-                    lifespan=service.lifespan(after_startup=[store.start], on_shutdown=[handover.stop, store.stop]),
+                    lifespan=service.lifespan(after_startup=[t.start for t in tables],
+                                              on_shutdown=[handover.stop, *(t.stop for t in tables)]),
                     exception_handlers=EXCEPTION_HANDLERS)
     app.state.service = service  # its broker, for tests and the AsyncAPI document
     return app

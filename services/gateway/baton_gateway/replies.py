@@ -24,7 +24,9 @@ INTERIM = ("progress", "delta")
 
 class Replies:
     def __init__(self) -> None:
-        self._pending: dict[str, asyncio.Queue[responses_pb2.Response]] = {}
+        # Each waiting request's queues: one per client waiting on it (a repeat with its
+        # Idempotency-Key waits beside the first, baton_gateway.idempotency).
+        self._pending: dict[str, list[asyncio.Queue[responses_pb2.Response]]] = {}
         # Each waiting request's reply partition and when it was asked (unix ms).
         self._asked: dict[str, tuple[int, int]] = {}
         self._partitions: list[int] = []
@@ -65,24 +67,30 @@ class Replies:
     def expect(self, request_id: str, partition: int) -> asyncio.Queue[responses_pb2.Response]:
         """A queue that receives the request's interim responses, then its final one."""
         queue: asyncio.Queue[responses_pb2.Response] = asyncio.Queue()
-        self._pending[request_id] = queue
-        self._asked[request_id] = (partition, int(time.time() * 1000))
+        self._pending.setdefault(request_id, []).append(queue)
+        self._asked.setdefault(request_id, (partition, int(time.time() * 1000)))
         return queue
 
-    def abandon(self, request_id: str) -> None:
-        self._pending.pop(request_id, None)
-        self._asked.pop(request_id, None)
+    def abandon(self, request_id: str, queue: asyncio.Queue[responses_pb2.Response] | None = None) -> None:
+        """Stop waiting for a request: for one of its clients (`queue`), or for all of them."""
+        queues = self._pending.get(request_id, [])
+        if queue is not None and queue in queues:
+            queues.remove(queue)
+        if queue is None or not queues:
+            self._pending.pop(request_id, None)
+            self._asked.pop(request_id, None)
 
     def deliver(self, response: responses_pb2.Response) -> bool:
         """Hand a response to its waiter. After the final one the request is forgotten, so a
         duplicate final response (a redelivery) and strays for other replicas are dropped."""
-        queue = self._pending.get(response.request_id)
-        if queue is None:
+        queues = self._pending.get(response.request_id)
+        if queues is None:
             return False
         if response.WhichOneof("outcome") not in INTERIM:
             del self._pending[response.request_id]
             self._asked.pop(response.request_id, None)
-        queue.put_nowait(response)
+        for queue in queues:
+            queue.put_nowait(response)
         return True
 
     @property

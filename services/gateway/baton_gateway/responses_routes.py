@@ -21,6 +21,7 @@ from starlette.routing import Route
 from baton.v1 import responses_pb2
 from baton_gateway.api import ApiError, json_object
 from baton_gateway.auth import Principal
+from baton_gateway.idempotency import key_of
 from baton_gateway.responses_api import (
     ID_PREFIX,
     ResponsesRequest,
@@ -58,10 +59,11 @@ class ResponsesApi:
             try:
                 principal = api.authorize(request, "chat")
                 api.admit()
-                req = parse_responses_request(json_object(await api.read_body(request)))
+                raw = await api.read_body(request)
+                req = parse_responses_request(json_object(raw))
                 chat = chat_request_for(req, await self._history(req, principal), api.visible_models(principal))
                 api.check_eval(principal, chat)
-                request_id, waiter, deadline = await api.ask(chat, principal, span)
+                request_id, waiter, deadline = await api.ask(chat, principal, span, key_of(request, raw, principal.tenant))
             except ApiError as e:
                 return api.refused(e, principal, span)
             created = now()
@@ -147,7 +149,7 @@ class ResponsesApi:
                 api.count("499")  # the client went away; the workflow runs on and is logged
             raise
         finally:
-            api.abandon(request_id)
+            api.abandon(request_id, waiter)
 
     async def retrieve(self, request: Request) -> Response:
         try:

@@ -31,6 +31,8 @@ from baton_gateway.api import (
     wants_eval,
 )
 from baton_gateway.auth import Gatekeeper, Principal
+from baton_gateway.handover import Handover
+from baton_gateway.idempotency import Claim, IdempotencyKey, IdempotencyKeys, key_of
 from baton_gateway.metrics import GatewayMetrics
 from baton_gateway.openapi import openapi_document
 from baton_gateway.params import ChatCompletionRequest, answer_options, messages_proto
@@ -45,16 +47,26 @@ from baton_workflow.errors import TIMEOUTS
 # its instruction and the outputs it reads): a request keeps three quarters of a record free for them.
 MAX_REQUEST_RECORD_BYTES = (MAX_RECORD_BYTES - RECORD_OVERHEAD_BYTES) // 4
 
+# A request joined to another by its Idempotency-Key waits for that one's answer until its deadline
+# and this much more (the final reply of a request that ran out of time comes just after it); one past
+# its deadline is looked up on its reply partition for this long.
+ANSWER_GRACE_S = 5.0
+REPLAY_S = 5.0
+# A live replica queues a request within this long of claiming its key: a claim this old whose request
+# is not on baton.requests was left by a replica that died in between.
+QUEUED_WITHIN_S = 2.0
+
 log = logging.getLogger(__name__)
 
 
 class Api:
     def __init__(self, settings: GatewayConfig, tracer: Tracer, gate: Gatekeeper, replies: Replies,
                  admission: Admission, metrics: GatewayMetrics, models: set[str], *,
-                 requests_out: Publisher, feedback_out: Publisher) -> None:
+                 requests_out: Publisher, feedback_out: Publisher, keys: IdempotencyKeys, handover: Handover) -> None:
         self._gw, self._tracer, self._gate, self._replies = settings, tracer, gate, replies
         self._admission, self._metrics, self._models = admission, metrics, models
         self._requests_out, self._feedback_out = requests_out, feedback_out
+        self._keys, self._handover = keys, handover
         self._schemas: dict[frozenset[str], dict] = {}
 
     def routes(self) -> list[Route]:
@@ -73,9 +85,10 @@ class Api:
             try:
                 principal = self.authorize(request, "chat")
                 self.admit()
-                req = parse_chat_request(await self.read_body(request), self.visible_models(principal))
+                body = await self.read_body(request)
+                req = parse_chat_request(body, self.visible_models(principal))
                 self.check_eval(principal, req)
-                request_id, waiter, deadline = await self.ask(req, principal, span)
+                request_id, waiter, deadline = await self.ask(req, principal, span, key_of(request, body, principal.tenant))
             except ApiError as e:
                 return self.refused(e, principal, span)
             if req.stream:
@@ -127,9 +140,9 @@ class Api:
     def count(self, status: str) -> None:
         self._metrics.requests.labels(status).inc()
 
-    def abandon(self, request_id: str) -> None:
-        """Drop the replies still to come for a request whose client is gone or answered."""
-        self._replies.abandon(request_id)
+    def abandon(self, request_id: str, waiter: asyncio.Queue[responses_pb2.Response]) -> None:
+        """Drop the replies still to come for a client that is gone or answered."""
+        self._replies.abandon(request_id, waiter)
 
     def admit(self) -> None:
         """Shed a request when too many wait: before its body is read, so that shedding costs next to nothing."""
@@ -139,10 +152,11 @@ class Api:
             self._metrics.shed.inc()
             raise
 
-    async def ask(self, req: ChatCompletionRequest, principal: Principal,
-                   span: Span) -> tuple[str, asyncio.Queue[responses_pb2.Response], float]:
+    async def ask(self, req: ChatCompletionRequest, principal: Principal, span: Span,
+                  key: IdempotencyKey | None = None) -> tuple[str, asyncio.Queue[responses_pb2.Response], float]:
         """Publish `req` on baton.requests; returns its id, the queue its replies arrive on, and its deadline
-        (on the monotonic clock)."""
+        (on the monotonic clock). With an idempotency `key` another request already holds, nothing is
+        published: the id, replies and deadline are that request's."""
         gw = self._gw
         if len(req.messages) > gw.max_messages:
             raise ApiError(400, f"at most {gw.max_messages} messages are accepted", param="messages")
@@ -168,26 +182,86 @@ class Api:
                                 f"{MAX_REQUEST_RECORD_BYTES} fit, since each step of its workflow carries the "
                                 f"conversation again", code="request_too_large", param="messages")
         self._gate.admit(principal)  # last: a request refused for another reason uses none of the key's rate
-        waiter = self._replies.expect(request_id, partition)
-        self._gate.opened(request_id, principal)
         # The deadline runs from here, publish included: a broker that is slow to take the
         # request (restarting, say) must not push the client's answer past it.
         deadline = time.monotonic() + gw.request_timeout_s
+        if key is not None:
+            held = await self._keys.claim(key, Claim(request_id, key.fingerprint, partition, now_ms, msg.deadline_unix_ms))
+            if held.request_id != request_id:
+                if held.fingerprint != key.fingerprint:
+                    raise ApiError(409, "this Idempotency-Key was used by another request with a different body; "
+                                        "send a new key for a new request", code="idempotency_key_reused")
+                span.set_attribute("baton.request_id", held.request_id)
+                log.info("request %s repeats %s (Idempotency-Key): joined", request_id, held.request_id)
+                return await self._join(held, msg)
+        waiter = self._replies.expect(request_id, partition)
+        self._gate.opened(request_id, principal)
         try:
             await asyncio.wait_for(self._requests_out.send(msg, key=request_id),
                                    max(0.0, deadline - time.monotonic()))
         except Exception as e:  # noqa: BLE001 - the broker is unreachable: say so, keep nothing
-            self._replies.abandon(request_id)
+            self._replies.abandon(request_id, waiter)
+            if key is not None:
+                await self._keys.release(key, request_id)
             raise ApiError(503, f"the request could not be queued ({type(e).__name__}); retry shortly",
                            type="service_unavailable") from None
         return request_id, waiter, deadline
+
+    async def _join(self, held: Claim, msg: requests_pb2.ChatRequest) -> tuple[str, asyncio.Queue[responses_pb2.Response], float]:
+        """The replies of the request that holds a key, read from its reply partition (its replica may
+        be gone). A request that was never queued (its replica died between claiming the key and
+        queueing it) is queued now, under its own id, with `msg`'s conversation: the same body."""
+        now_ms = int(time.time() * 1000)
+        if held.expired(now_ms):
+            replayed = await self._replay(held)
+            if replayed is not None:
+                return held.request_id, replayed, time.monotonic() + ANSWER_GRACE_S
+        else:
+            await asyncio.sleep(max(0.0, held.asked_ms / 1000 + QUEUED_WITHIN_S - time.time()))
+            if await self._keys.queued(held):
+                waiter = self._replies.expect(held.request_id, held.partition)
+                self._handover.start({held.request_id: (held.partition, held.asked_ms)})
+                left_s = held.deadline_ms / 1000 - time.time()
+                return held.request_id, waiter, time.monotonic() + left_s + ANSWER_GRACE_S
+        log.info("request %s held an Idempotency-Key but was never queued or answered: queued now", held.request_id)
+        now_ms = int(time.time() * 1000)
+        msg.request_id, msg.reply_partition, msg.created_unix_ms = held.request_id, held.partition, now_ms
+        msg.deadline_unix_ms = now_ms + int(self._gw.request_timeout_s * 1000)
+        waiter = self._replies.expect(held.request_id, held.partition)
+        self._handover.start({held.request_id: (held.partition, now_ms)})  # the partition may be another replica's
+        deadline = time.monotonic() + self._gw.request_timeout_s
+        try:
+            await asyncio.wait_for(self._requests_out.send(msg, key=held.request_id),
+                                   max(0.0, deadline - time.monotonic()))
+        except Exception as e:  # noqa: BLE001 - the broker is unreachable: say so
+            self._replies.abandon(held.request_id, waiter)
+            raise ApiError(503, f"the request could not be queued ({type(e).__name__}); retry shortly",
+                           type="service_unavailable") from None
+        return held.request_id, waiter, deadline
+
+    async def _replay(self, held: Claim) -> asyncio.Queue[responses_pb2.Response] | None:
+        """The replies of a request past its deadline, read from its reply partition, if its final one is
+        there; None if not."""
+        waiter = self._replies.expect(held.request_id, held.partition)
+        self._handover.start({held.request_id: (held.partition, held.asked_ms)})
+        replies: asyncio.Queue[responses_pb2.Response] = asyncio.Queue()
+        deadline = time.monotonic() + REPLAY_S
+        while True:
+            try:
+                response = await asyncio.wait_for(waiter.get(), max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                self._replies.abandon(held.request_id, waiter)
+                return None
+            replies.put_nowait(response)
+            if response.WhichOneof("outcome") not in INTERIM:
+                return replies
 
     async def next_response(self, request_id: str, waiter: asyncio.Queue[responses_pb2.Response],
                              deadline: float) -> responses_pb2.Response:
         try:
             return await asyncio.wait_for(waiter.get(), max(0.0, deadline - time.monotonic()))
         except TimeoutError:
-            self._replies.abandon(request_id)
+            self._replies.abandon(request_id, waiter)
             raise ApiError(504, f"no answer within {self._gw.request_timeout_s:g} s (request {request_id})",
                            type="server_error", code="timeout") from None
 
@@ -243,7 +317,7 @@ class Api:
                 self._metrics.requests.labels("499").inc()  # the client went away; the workflow runs on and is logged
             raise
         finally:
-            self._replies.abandon(request_id)  # later responses for a client that left are dropped, not queued
+            self._replies.abandon(request_id, waiter)  # later responses for a client that left are dropped, not queued
 
     async def feedback(self, request: Request) -> Response:
         try:

@@ -11,42 +11,26 @@ checked as they are read: the topic is on the bus, and a malformed record is ski
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import logging
 import time
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
-
+from baton_gateway.table import TopicTable
 from baton_platform import topics
 from baton_platform.config import KafkaConfig
 from baton_platform.consumer import Publisher
-from baton_platform.kafka import client_options, partition_ids
 
 log = logging.getLogger(__name__)
 
-CATCH_UP_S = 5.0  # how long a lookup waits for this replica to read what other replicas stored
 MAX_CHAIN = 1000  # turns a conversation may hold; past this a continuation is refused
 
 
 class StoredResponses:
     def __init__(self, kafka: KafkaConfig, out: Publisher, retention_s: float) -> None:
-        self._kafka, self._out, self._retention_s = kafka, out, retention_s
+        self._out, self._retention_s = out, retention_s
         self._items: dict[str, dict[str, Any]] = {}
-        self._positions: dict[TopicPartition, int] = {}
-        self._consumer: AIOKafkaConsumer | None = None
-        self._task: asyncio.Task | None = None
-
-    async def start(self) -> None:
-        self._task = asyncio.create_task(self._read_loop(), name="stored-responses")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        self.table = TopicTable(kafka, topics.STORED_RESPONSES, self._take)
 
     # -- writing --------------------------------------------------------------------------------
 
@@ -67,7 +51,7 @@ class StoredResponses:
     async def get(self, response_id: str, tenant: str) -> dict[str, Any] | None:
         """The stored record of `response_id` if `tenant` stored it and it has not expired."""
         if response_id not in self._items:
-            await self._catch_up()
+            await self.table.catch_up()
         record = self._items.get(response_id)
         if record is None or record["tenant"] != tenant:
             return None  # another tenant's response is one this tenant cannot know of
@@ -87,57 +71,6 @@ class StoredResponses:
             chain.append(record["messages"])
             current = record["previous"]
         return [m for turn in reversed(chain) for m in turn]
-
-    async def _catch_up(self) -> None:
-        """Wait (bounded) until this replica has read every record stored before now."""
-        deadline = time.monotonic() + CATCH_UP_S
-        while self._consumer is None:  # the reader is starting, or reconnecting after a broker restart
-            if time.monotonic() > deadline:
-                return
-            await asyncio.sleep(0.05)
-        with contextlib.suppress(Exception):
-            ends = await self._consumer.end_offsets(list(self._positions))
-            while any(self._positions.get(tp, 0) < end for tp, end in ends.items()):
-                if time.monotonic() > deadline:
-                    return
-                await asyncio.sleep(0.02)
-
-    async def _read_loop(self) -> None:
-        while True:
-            try:
-                await self._read()
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # noqa: BLE001 - a broker restart: read again from where this replica was
-                log.warning("stored responses unreadable (%s); retrying", e)
-                await asyncio.sleep(1.0)
-
-    async def _read(self) -> None:
-        options = client_options(self._kafka)
-        parts = [TopicPartition(topics.STORED_RESPONSES, p)
-                 for p in await partition_ids(options, topics.STORED_RESPONSES)]
-        consumer = AIOKafkaConsumer(group_id=None, enable_auto_commit=False, **options)
-        await consumer.start()
-        try:
-            consumer.assign(parts)
-            for tp in parts:
-                if tp in self._positions:
-                    consumer.seek(tp, self._positions[tp])
-                else:
-                    await consumer.seek_to_beginning(tp)
-                    self._positions[tp] = await consumer.position(tp)
-            self._consumer = consumer
-            while True:
-                batch = await consumer.getmany(timeout_ms=500)
-                for tp, records in batch.items():
-                    for r in records:
-                        self._take(r.key.decode("utf-8", "replace") if r.key else "", r.value)
-                    self._positions[tp] = await consumer.position(tp)
-                for tp in parts:  # an empty partition has moved on too
-                    self._positions[tp] = await consumer.position(tp)
-        finally:
-            self._consumer = None
-            await consumer.stop()
 
     def _take(self, key: str, value: bytes | dict[str, Any] | None) -> None:
         try:

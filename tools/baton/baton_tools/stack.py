@@ -153,7 +153,8 @@ class Stack:
                 self.kafka.start(timeout=timeout, detach=detach)
                 self.bootstrap_servers = self.kafka.bootstrap_servers
             counts, configs = topics.topic_plan(self.config.kafka.partitions, self.config.providers,
-                                                self.config.gateway.stored_responses_days)
+                                                self.config.gateway.stored_responses_days,
+                                                self.config.gateway.idempotency_hours)
             kafka_harness.create_topics(self.bootstrap_servers, counts, config=configs)
             services = plan_services(self.config, self.gateway_port)
             if self.config.conductor.backend == "vllm":
