@@ -220,3 +220,28 @@ async def test_a_one_step_workflow_sent_straight_here_is_answered_to_the_client_
     async with bus.running(app, topics.RESPONSES) as seen:
         rerun = await seen[topics.RESPONSES].wait(lambda r: r.key == again.encode(), timeout=5)
     assert rerun == [], "a task whose answer was already published ran again"
+
+
+@pytest.mark.parametrize("bus", ["kafka"], indirect=True)
+async def test_a_recovery_longer_than_the_session_timeout_neither_drops_the_replica_nor_loses_the_task(bus, monkeypatch):
+    """Reading back what was published after an assignment can take longer than the group's session
+    timeout (6 s here) on a long history. The consumer must keep its place in the group meanwhile, and
+    run the task once the read is done; a replica that read inside the rebalance callback sent no
+    heartbeat, was dropped, and started the read again at each new assignment, for ever."""
+    recoveries: list[float] = []
+
+    async def slow_recovery(self, assigned):
+        recoveries.append(asyncio.get_running_loop().time())
+        await asyncio.sleep(8)
+
+    monkeypatch.setattr(TaskConsumer, "_recover", slow_recovery)
+    app = create_app(bus.config(), "sim", tracer_provider=setup_tracing("t", set_global=False))
+    row = first_question()
+    rid = uuid.uuid4().hex
+    task = tasks_pb2.Task(task_id=f"{rid}:0:1", request_id=rid, step=0, attempt=1, worker="gemini-pro",
+                          query=row["prompt"], messages=[common_pb2.ChatMessage(role="user", content=row["prompt"])])
+    async with bus.running(app, topics.WORKFLOW) as seen:
+        await bus.publish(app, topics.tasks_topic("sim"), rid, task.SerializeToString())
+        (record,) = await seen[topics.WORKFLOW].wait(lambda r: r.key == rid.encode(), timeout=30)
+    assert workflow_pb2.WorkflowEvent.FromString(record.value).step_completed.task_id == f"{rid}:0:1"
+    assert len(recoveries) == 1, f"the group assigned partitions {len(recoveries)} times: the replica was dropped"

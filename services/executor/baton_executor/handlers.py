@@ -90,7 +90,8 @@ class TaskConsumer:
         self.answers = service.publisher(topics.RESPONSES, responses_pb2.Response,
                                          "Answer text as it comes, for streaming clients; the answers of one-step "
                                          "workflows the router sent straight here.")
-        # No task of a new assignment runs before its recovery (on_assigned) knows the results published for it.
+        # No task of a new assignment runs before its recovery knows the results published for it.
+        self._recovery: asyncio.Task | None = None
         self.consumer = service.consumer(
             self.topic, tasks_pb2.Task, self.handle, group=self.group, tracked=True, keep=True, commit_every_s=0.2,
             on_assigned=self.assigned, on_revoked=self.revoked, on_stop=self.drain,
@@ -106,6 +107,8 @@ class TaskConsumer:
         tp, offset = record.tp, record.offset
         if not (task.task_id and task.request_id and task.worker):
             raise PoisonMessage("Task without task_id, request_id or worker")
+        while self._recovery is not None and not self._recovery.done():
+            await asyncio.wait({self._recovery})  # a newer assignment may replace it meanwhile: look again
         if task.task_id in self.done:
             self.consumer.finish(record)  # already answered
             return
@@ -244,10 +247,21 @@ class TaskConsumer:
         log.info("assigned %d of %d partitions of %s: base share %.3f of each limit", len(mine), total, self.topic,
                  len(mine) / total if total else 0.0)
         if assigned:
-            try:
-                await asyncio.wait_for(self._recover(list(assigned)), timeout=60)
-            except Exception:  # noqa: BLE001 - without the scan a finished task may run again; never lose one
-                log.exception("could not read back published results; redelivered tasks will run again")
+            # Not here: aiokafka sends no heartbeat until this callback returns, so a scan longer than the
+            # session timeout (a long history to read) would have the group drop this replica and
+            # rebalance, and the next assignment would start the scan again, for ever. Tasks wait for it
+            # in `handle` instead.
+            if self._recovery is not None:
+                self._recovery.cancel()
+            self._recovery = asyncio.create_task(self._recover_bounded(list(assigned)), name="recovery")
+
+    async def _recover_bounded(self, assigned: list[TopicPartition]) -> None:
+        try:
+            await asyncio.wait_for(self._recover(assigned), timeout=60)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - without the scan a finished task may run again; never lose one
+            log.exception("could not read back published results; redelivered tasks will run again")
 
     async def _recover(self, assigned: list[TopicPartition]) -> None:
         """Mark as done every task whose result was published after the oldest uncommitted task."""
@@ -325,6 +339,8 @@ class TaskConsumer:
         the consumer then commits. A task left running would fail when the provider clients close
         after this, and its error would end the client's request, where the next owner can run it."""
         self.stopping = True
+        if self._recovery is not None:
+            self._recovery.cancel()
         await self._finish_or_drop([j for js in self.in_flight.values() for j in js])
         left = [j for js in self.in_flight.values() for j in js if not j.done()]
         for job in left:
