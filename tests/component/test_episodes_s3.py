@@ -30,6 +30,7 @@ def test_files_are_written_whole_under_their_final_names_and_replays_replace_the
     replica = DatasetWriter(root, "baton.responses", EPISODE_SCHEMA)
     replica.fs = other = S3FileSystem(skip_instance_cache=True)
     replica.write(0, [record(o) for o in range(4, 8)])
+    w.forget(0)  # the partition was revoked from this replica, then came back
     w.write(0, [record(o) for o in range(4, 6)])
     w.write(0, [record(o) for o in range(6, 9)])
     w.write(2, [record(o, 2) for o in range(0, 2)])

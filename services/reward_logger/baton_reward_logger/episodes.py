@@ -122,6 +122,15 @@ class DatasetWriter:
         self.local = isinstance(self.fs, LocalFileSystem)
         self.topic = topic
         self.schema = schema
+        # Per partition, the files written before this replica took it over that a later run of
+        # records may replace (named by a first offset at or past the run it was taken over at), or
+        # no entry when the partition has not been listed since. Listing once per assignment, not
+        # per file, keeps a write's cost flat however many files the dataset holds.
+        self._leftovers: dict[int, dict[int, list[str]]] = {}
+
+    def forget(self, partition: int) -> None:
+        """The partition moved (to another replica, or back here): list it again before replacing files."""
+        self._leftovers.pop(partition, None)
 
     def write(self, partition: int, records: list[Record]) -> str:
         """Durably write one partition's contiguous run of records; return the file's path or URL."""
@@ -132,45 +141,65 @@ class DatasetWriter:
             table = pa.Table.from_pylist([r.row for r in records], schema=self.schema)
         except ARROW_REFUSALS as e:
             raise RowsRefused(str(e)) from e
+        replaced = self._replaced(partition, first, last, day)
         if self.local:
-            self._write_local(table, Path(final), partition, first, last, day)
-            return final
-        buffer = pa.BufferOutputStream()
-        pq.write_table(table, buffer)
-        self._drop_replaced(partition, first, last, day, keep=final)
-        # An object store has no atomic rename (S3 copies then deletes), but it publishes a PUT whole
-        # or not at all: write the final name in one call, and the file is durable once it returns.
-        self.fs.pipe_file(final, buffer.getvalue().to_pybytes())
-        return self.fs.unstrip_protocol(final)
+            self._write_local(table, Path(final))
+        else:
+            buffer = pa.BufferOutputStream()
+            pq.write_table(table, buffer)
+            # An object store has no atomic rename (S3 copies then deletes), but it publishes a PUT
+            # whole or not at all: write the final name in one call, and the file is durable once it returns.
+            self.fs.pipe_file(final, buffer.getvalue().to_pybytes())
+            final = self.fs.unstrip_protocol(final)
+        # Only now that the new file is durable: a reader meanwhile sees a record twice at worst,
+        # never none, and a crash in between leaves the old file for the re-read to replace.
+        known = self._leftovers[partition]
+        for start, paths in replaced.items():
+            for old in paths:
+                if posixpath.basename(old) != posixpath.basename(final) and self.fs.exists(old):
+                    self.fs.rm_file(old)
+            known.pop(start, None)
+        return final
 
-    def _write_local(self, table: pa.Table, final: Path, partition: int, first: int, last: int, day: str) -> None:
+    def _write_local(self, table: pa.Table, final: Path) -> None:
         folder = final.parent
         folder.mkdir(parents=True, exist_ok=True)
         tmp = folder / f".{final.name}.tmp"
-        pq.write_table(table, tmp)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        self._drop_replaced(partition, first, last, day, keep=str(final))
-        os.replace(tmp, final)
+        try:
+            pq.write_table(table, tmp)
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, final)
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # a full disk: free what the attempt took
+            raise
         dir_fd = os.open(folder, os.O_RDONLY)
         try:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
 
-    def _drop_replaced(self, partition: int, first: int, last: int, day: str, keep: str) -> None:
-        # Files from before a crash that start inside this run hold records this file now has (or
-        # that the rest of the re-read will write again): remove them so no record is kept twice.
-        # Such a file is named by its first record, one of this run's, so it lies in the folder of
-        # this run's first day or a later one (a run rarely spans midnight): listing those, not the
-        # whole dataset, keeps a flush's cost flat as the dataset grows. List afresh, not from a
-        # cached listing: another replica may have owned this partition.
+    def _replaced(self, partition: int, first: int, last: int, day: str) -> dict[int, list[str]]:
+        """Files written before a crash or a move that start inside this run, by first offset: they hold
+        records this file now has (or that the rest of the re-read writes again), so they go once it
+        is durable."""
+        known = self._leftovers.get(partition)
+        if known is None:
+            known = self._leftovers[partition] = self._list(partition, first, day)
+        for start in [s for s in known if s < first]:
+            del known[start]  # behind this run: a later run cannot replace them either
+        return {start: list(paths) for start, paths in known.items() if start <= last}
+
+    def _list(self, partition: int, first: int, day: str) -> dict[int, list[str]]:
+        # Such a file is named by its first record, one at or past this run's first, so it lies in the
+        # folder of this run's first day or a later one (a run rarely spans midnight). List afresh,
+        # not from a cached listing: another replica may have owned this partition.
         self.fs.invalidate_cache(self.root)
         prefix = f"{self.topic}-p{partition}-"
+        found: dict[int, list[str]] = {}
         folders = [f for f in self.fs.glob(f"{self.root}/date=*") if posixpath.basename(f) >= f"date={day}"]
-        for old in (path for folder in folders for path in self.fs.ls(folder, detail=False)):
-            name = posixpath.basename(old)
-            if not (name.startswith(prefix) and name.endswith(".parquet")) or old == keep:
-                continue
-            if first <= int(name.split("-")[-2]) <= last:
-                self.fs.rm_file(old)
+        for path in (path for folder in folders for path in self.fs.ls(folder, detail=False)):
+            name = posixpath.basename(path)
+            if name.startswith(prefix) and name.endswith(".parquet") and int(name.split("-")[-2]) >= first:
+                found.setdefault(int(name.split("-")[-2]), []).append(path)
+        return found

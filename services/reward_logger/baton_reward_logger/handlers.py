@@ -16,7 +16,7 @@ import pyarrow as pa
 from aiokafka import TopicPartition
 from google.protobuf.message import Message
 from opentelemetry import trace
-from prometheus_client import Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from baton.v1 import feedback_pb2, responses_pb2, rewards_pb2
 from baton_platform import consumer, topics
@@ -36,12 +36,35 @@ _FETCH_WAIT_MS = 200
 RowMaker = Callable[[Message, int, int], "tuple[dict, int] | None"]
 
 
+# While the dataset cannot be written, a partition holds at most this many flushes' worth of rows;
+# then its consumer waits, and the rest stays on the broker, uncommitted.
+HELD_FLUSHES = 20
+
+
+class DatasetMetrics:
+    """Rows written per dataset topic, failed writes, and whether a dataset cannot be written now."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.written = Counter("baton_dataset_rows", "Rows written to the datasets", ["topic"], registry=registry)
+        self.failures = Counter("baton_dataset_write_failures", "Dataset files that could not be written (a full "
+                                "disk, an unreachable store); their rows are kept and written again", ["topic"],
+                                registry=registry)
+        self.unwritable = Gauge("baton_dataset_unwritable", "1 while the last write of a dataset failed", ["topic"],
+                                registry=registry)
+
+
 class Sink:
     """``after_write``, if given, runs on each durable run of records before their offsets commit:
-    a crash in between repeats it with the file's rewrite, never skips it."""
+    a crash in between repeats it with the file's rewrite, never skips it.
+
+    A write that fails (a full disk, an unreachable store) loses nothing: its rows stay buffered and
+    are written again at the next flush, the service reports not-ready and `baton_dataset_unwritable`
+    says so, and, past HELD_FLUSHES flushes' worth of rows, the partition stops being read until a
+    write succeeds."""
 
     def __init__(self, service: Service, settings: RewardLoggerConfig, topic: str, kind: type[Message],
-                 writer: DatasetWriter, make_row: RowMaker, written: Counter, after_write: Callable[[list[Record]], Awaitable[None]] | None = None,
+                 writer: DatasetWriter, make_row: RowMaker, metrics: DatasetMetrics,
+                 after_write: Callable[[list[Record]], Awaitable[None]] | None = None,
                  blocks: Callable[[Message], bool] = lambda message: False) -> None:
         self.after_write = after_write
         # Whether making a message's row may block (grading in a child process): only those rows are
@@ -62,7 +85,10 @@ class Sink:
         # the partition's next owner (maybe this replica again) reads it again from the last commit.
         self._epochs: dict[TopicPartition, int] = {}
         self._lock = asyncio.Lock()
-        self._written = written.labels(topic)
+        self._written = metrics.written.labels(topic)
+        self._failures = metrics.failures.labels(topic)
+        self._unwritable = metrics.unwritable.labels(topic)
+        self.error: str | None = None  # why the last write failed, until one succeeds
         self.consumer = service.consumer(topic, kind, self.handle, group=topics.GROUP_REWARD_LOGGER, tracked=True,
                                          keep=True, on_revoked=self.revoked, on_stop=lambda: self.flush_due(force=True),
                                          batch_wait_ms=max(1, min(_FETCH_WAIT_MS, int(self._interval * 500))),
@@ -87,6 +113,8 @@ class Sink:
             self.consumer.finish(record)
             return
         row, stamp = made
+        while self.error is not None and len(self._buffers.get(tp, ())) >= HELD_FLUSHES * self._flush_every:
+            await asyncio.sleep(self._interval)  # the dataset cannot take rows: stop reading more
         async with self._lock:
             if self._epochs.get(tp, 0) != epoch:
                 return  # revoked while grading: written by whoever reads it next, never twice
@@ -126,8 +154,23 @@ class Sink:
 
     async def _flush(self, tp: TopicPartition) -> None:
         buffered = self._buffers.pop(tp, [])
-        self._since.pop(tp, None)
-        records = await self._write(tp.partition, buffered) if buffered else []
+        since = self._since.pop(tp, None)
+        try:
+            records = await self._write(tp.partition, buffered) if buffered else []
+        except Exception as e:  # noqa: BLE001 - a full disk or an unreachable store: keep the rows, try again
+            self._buffers[tp] = buffered
+            self._since[tp] = since if since is not None else time.monotonic()
+            self._failures.inc()
+            self._unwritable.set(1)
+            if self.error is None:
+                log.error("cannot write %s rows to the dataset (%s: %s); keeping them and retrying",
+                          self.topic, type(e).__name__, e)
+            self.error = f"{type(e).__name__}: {e}"
+            return
+        if self.error is not None and buffered:
+            log.info("the %s dataset is writable again", self.topic)
+            self.error = None
+            self._unwritable.set(0)
         if records:
             self._written.inc(len(records))
             if self.after_write is not None:
@@ -143,13 +186,21 @@ class Sink:
                 await self._flush(tp)
             await self.consumer.commit()
 
+    async def ready(self) -> str | None:
+        """Not ready while the dataset cannot be written (the rows wait, uncommitted)."""
+        return None if self.error is None else f"cannot write the {self.topic} dataset: {self.error}"
+
     async def revoked(self, revoked: set[TopicPartition]) -> None:
-        # Write what we hold before the partition moves, so the new owner starts after it.
+        # Write what we hold before the partition moves, so the new owner starts after it. Rows that
+        # cannot be written now are dropped here: uncommitted, the new owner reads them again.
         async with self._lock:
             for tp in revoked:
                 self._epochs[tp] = self._epochs.get(tp, 0) + 1
                 if tp in self._buffers:
                     await self._flush(tp)
+                self._buffers.pop(tp, None)
+                self._since.pop(tp, None)
+                self.writer.forget(tp.partition)  # another replica may write it next
 
 
 def response_row_maker(scheme, cost_weight: float, evals=None, grade_fn=None, outcomes: Counter | None = None
