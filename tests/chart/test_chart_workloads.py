@@ -258,7 +258,13 @@ def test_strimzi_topics_match_the_code_topic_plan():
     objects = render((KEDA_SASL,))
     config = baton_config(objects)
     providers = sorted({w["provider"] for w in config["workers"]})
-    counts, configs = topics.topic_plan(config["kafka"]["partitions"], providers)
+    gateway = config.get("gateway", {})
+    counts, configs = topics.topic_plan(config["kafka"]["partitions"], providers,
+                                        stored_days=gateway.get("stored_responses_days", 30),
+                                        idempotency_hours=gateway.get("idempotency_hours", 24),
+                                        replication_factor=config["kafka"]["replication_factor"])
+    assert all(c["min.insync.replicas"] == "2" for c in configs.values()), "three replicas: two in sync"
+    assert all("retention.ms" in c or c["cleanup.policy"] == "compact" for c in configs.values())
     rendered = {t["spec"]["topicName"]: t["spec"] for t in by_kind(objects, "KafkaTopic")}
     assert {name: spec["partitions"] for name, spec in rendered.items()} == counts
     assert {name: spec["config"] for name, spec in rendered.items() if "config" in spec} == configs

@@ -1,25 +1,36 @@
 {{/*
 The suite's topics and partition counts, as JSON {"items": [{name, partitions, config}]}. It mirrors
-baton_platform.topics.topic_plan: every topic gets config.kafka.partitions, baton.policy one compacted
-partition, baton.rewards one partition kept a week, baton.stored-responses compacted and deleted after
-config.gateway.stored_responses_days, baton.idempotency kept config.gateway.idempotency_hours, and there is one baton.tasks.<provider> per provider in use.
+baton_platform.topics.topic_plan: every topic gets config.kafka.partitions and a week's retention,
+except baton.policy (one compacted partition), baton.rewards (one partition), baton.responses (kept at
+least as long as idempotency keys), baton.stored-responses (compacted, deleted after
+config.gateway.stored_responses_days), baton.idempotency (kept config.gateway.idempotency_hours) and
+baton.limits.<provider> (one compacted partition); one baton.tasks.<provider> per provider in use.
+With three replicas or more every topic sets min.insync.replicas=2.
 */}}
 {{- define "baton.topics" -}}
 {{- $n := int .Values.config.kafka.partitions -}}
+{{- $gateway := .Values.config.gateway | default dict -}}
+{{- $weekMs := 604800000 -}}
+{{- $week := printf "%d" $weekMs -}}
+{{- $hoursMs := int64 (mulf ($gateway.idempotency_hours | default 24) 3600000) -}}
 {{- $items := list -}}
-{{- range $name := list "baton.requests" "baton.workflow" "baton.responses" "baton.feedback" "baton.dlq" -}}
-{{- $items = append $items (dict "name" $name "partitions" $n "config" dict) -}}
+{{- range $name := list "baton.requests" "baton.workflow" "baton.feedback" "baton.dlq" -}}
+{{- $items = append $items (dict "name" $name "partitions" $n "config" (dict "retention.ms" $week)) -}}
 {{- end -}}
+{{- $items = append $items (dict "name" "baton.responses" "partitions" $n "config" (dict "retention.ms" (printf "%d" (max $weekMs $hoursMs)))) -}}
 {{- $items = append $items (dict "name" "baton.policy" "partitions" 1 "config" (dict "cleanup.policy" "compact")) -}}
-{{- $items = append $items (dict "name" "baton.rewards" "partitions" 1 "config" (dict "retention.ms" "604800000")) -}}
-{{- $days := ((.Values.config.gateway | default dict).stored_responses_days | default 30) -}}
-{{- $stored := dict "cleanup.policy" "compact,delete" "retention.ms" (printf "%d" (int64 (mulf $days 86400000))) -}}
+{{- $items = append $items (dict "name" "baton.rewards" "partitions" 1 "config" (dict "retention.ms" $week)) -}}
+{{- $stored := dict "cleanup.policy" "compact,delete" "retention.ms" (printf "%d" (int64 (mulf ($gateway.stored_responses_days | default 30) 86400000))) -}}
 {{- $items = append $items (dict "name" "baton.stored-responses" "partitions" $n "config" $stored) -}}
-{{- $hours := ((.Values.config.gateway | default dict).idempotency_hours | default 24) -}}
-{{- $items = append $items (dict "name" "baton.idempotency" "partitions" $n "config" (dict "retention.ms" (printf "%d" (int64 (mulf $hours 3600000))))) -}}
+{{- $items = append $items (dict "name" "baton.idempotency" "partitions" $n "config" (dict "retention.ms" (printf "%d" $hoursMs))) -}}
 {{- range $p := include "baton.providers" . | fromJsonArray -}}
-{{- $items = append $items (dict "name" (printf "baton.tasks.%s" $p) "partitions" $n "config" dict) -}}
+{{- $items = append $items (dict "name" (printf "baton.tasks.%s" $p) "partitions" $n "config" (dict "retention.ms" $week)) -}}
 {{- $items = append $items (dict "name" (printf "baton.limits.%s" $p) "partitions" 1 "config" (dict "cleanup.policy" "compact" "segment.ms" "60000")) -}}
+{{- end -}}
+{{- if ge (int .Values.config.kafka.replication_factor) 3 -}}
+{{- range $t := $items -}}
+{{- $_ := set $t.config "min.insync.replicas" "2" -}}
+{{- end -}}
 {{- end -}}
 {{- toJson (dict "items" $items) -}}
 {{- end -}}

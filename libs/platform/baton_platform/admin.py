@@ -91,8 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"baton-topics: {e}", file=sys.stderr)
         return 2
-    counts, configs = names.topic_plan(cfg.kafka.partitions, cfg.providers, cfg.gateway.stored_responses_days,
-                                      cfg.gateway.idempotency_hours)
+    counts, configs = names.topic_plan_for(cfg)
     asyncio.run(create_topics(client_options(cfg.kafka), counts, config=configs,
                               replication_factor=cfg.kafka.replication_factor, timeout=args.timeout))
     for name, n in sorted(counts.items()):

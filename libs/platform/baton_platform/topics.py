@@ -38,28 +38,51 @@ def executor_service_name(provider: str) -> str:
     return f"baton-executor-{provider}"
 
 
-def topic_plan(partitions: int, providers: list[str], stored_days: float = 30.0,
-               idempotency_hours: float = 24.0) -> tuple[dict[str, int], dict[str, dict[str, str]]]:
+# Every topic that is not compacted is kept this long: the episode log can always be rebuilt from
+# baton.responses, and a consumer stopped over a long weekend loses nothing.
+RETENTION_DAYS = 7
+DAY_MS = 86_400_000
+
+
+def topic_plan(partitions: int, providers: list[str], *, stored_days: float = 30.0, idempotency_hours: float = 24.0,
+               replication_factor: int = 1) -> tuple[dict[str, int], dict[str, dict[str, str]]]:
     """Partition counts and topic configs for the whole suite.
 
     Partitions bound the replicas that can share a topic's work, so every topic gets the same
     configured count; the policy topic has one (it is a tiny compacted log of current versions).
-    Stored responses are compacted by id and deleted after `stored_days` (gateway.stored_responses_days);
-    idempotency keys are kept `idempotency_hours` (gateway.idempotency_hours), uncompacted: the first
-    claim of a key must stay the first.
+    Every topic has an explicit retention: RETENTION_DAYS; baton.responses at least as long as
+    idempotency keys (a repeat reads the first answer there); stored responses compacted by id and
+    deleted after `stored_days` (gateway.stored_responses_days); idempotency keys kept
+    `idempotency_hours`, uncompacted (the first claim of a key must stay the first). With three
+    replicas or more, a write needs two in sync (min.insync.replicas=2), so an acknowledged record
+    survives losing a broker.
     """
+    week = {"retention.ms": str(RETENTION_DAYS * DAY_MS)}
     counts = {t: partitions for t in (REQUESTS, WORKFLOW, RESPONSES, FEEDBACK, DLQ, STORED_RESPONSES, IDEMPOTENCY)}
+    configs: dict[str, dict[str, str]] = {t: dict(week) for t in (REQUESTS, WORKFLOW, FEEDBACK, DLQ)}
+    configs[RESPONSES] = {"retention.ms": str(max(RETENTION_DAYS * DAY_MS, int(idempotency_hours * 3_600_000)))}
     counts[POLICY] = 1
-    configs = {POLICY: {"cleanup.policy": "compact"},
-               STORED_RESPONSES: {"cleanup.policy": "compact,delete", "retention.ms": str(int(stored_days * 86_400_000))},
-               IDEMPOTENCY: {"retention.ms": str(int(idempotency_hours * 3_600_000))}}
+    configs[POLICY] = {"cleanup.policy": "compact"}
+    configs[STORED_RESPONSES] = {"cleanup.policy": "compact,delete", "retention.ms": str(int(stored_days * DAY_MS))}
+    configs[IDEMPOTENCY] = {"retention.ms": str(int(idempotency_hours * 3_600_000))}
     # Graded episodes for the routers' online learning: one partition, since every replica reads
-    # all of it, kept a week (the trainer folds new workers in from the episode files long before).
+    # all of it (the trainer folds new workers in from the episode files long before it expires).
     counts[REWARDS] = 1
-    configs[REWARDS] = {"retention.ms": str(7 * 24 * 3600 * 1000)}
+    configs[REWARDS] = dict(week)
     for provider in sorted(set(providers)):
         counts[tasks_topic(provider)] = partitions
+        configs[tasks_topic(provider)] = dict(week)
         # One small compacted log per provider: the newest report of each executor replica.
         counts[limits_topic(provider)] = 1
         configs[limits_topic(provider)] = {"cleanup.policy": "compact", "segment.ms": "60000"}
+    if replication_factor >= 3:
+        for config in configs.values():
+            config["min.insync.replicas"] = "2"
     return counts, configs
+
+
+def topic_plan_for(config) -> tuple[dict[str, int], dict[str, dict[str, str]]]:
+    """`topic_plan` for a BatonConfig: its partitions, providers, retentions and replication."""
+    return topic_plan(config.kafka.partitions, config.providers, stored_days=config.gateway.stored_responses_days,
+                      idempotency_hours=config.gateway.idempotency_hours,
+                      replication_factor=config.kafka.replication_factor)

@@ -152,9 +152,7 @@ class Stack:
                 self.kafka = kafka_harness.LocalKafka(data_dir=self.run_dir / "kafka", log_file=self.run_dir / "logs" / "kafka.log")
                 self.kafka.start(timeout=timeout, detach=detach)
                 self.bootstrap_servers = self.kafka.bootstrap_servers
-            counts, configs = topics.topic_plan(self.config.kafka.partitions, self.config.providers,
-                                                self.config.gateway.stored_responses_days,
-                                                self.config.gateway.idempotency_hours)
+            counts, configs = topics.topic_plan_for(self.config)
             kafka_harness.create_topics(self.bootstrap_servers, counts, config=configs)
             services = plan_services(self.config, self.gateway_port)
             if self.config.conductor.backend == "vllm":
