@@ -44,6 +44,9 @@ from baton_workflow.steps import one_step_response
 
 log = logging.getLogger(__name__)
 
+# On an assignment, results published this long ago or later count as done (see TaskConsumer._recover).
+RECENT_S = 60.0
+
 
 class RecentIds:
     """Task ids whose results are known to be published, bounded."""
@@ -264,18 +267,21 @@ class TaskConsumer:
             log.exception("could not read back published results; redelivered tasks will run again")
 
     async def _recover(self, assigned: list[TopicPartition]) -> None:
-        """Mark as done every task whose result was published after the oldest uncommitted task."""
+        """Mark as done every task whose result was published after the oldest uncommitted task, or in
+        the last RECENT_S, whichever is earlier. The second covers a task its previous owner finished
+        and committed just before the move, which a synthesizer that moved at the same time (a broker
+        restart moves every group) sends again with the same id, not having read that result yet."""
         probe = AIOKafkaConsumer(group_id=self.group, enable_auto_commit=False,
                                  **client_options(self.service.kafka))
         await probe.start()
         try:
-            since = await self._oldest_uncommitted_timestamp(probe, assigned)
-            if since is None:
-                return
-            found = await self._published_since(probe, since)
+            oldest = await self._oldest_uncommitted_timestamp(probe, assigned)
+            recent = int((time.time() - RECENT_S) * 1000)
+            found = await self._published_since(probe, recent if oldest is None else min(oldest, recent))
             for task_id in found:
                 self.done.add(task_id)
-            log.info("recovery: %d result(s) published since the oldest uncommitted task", len(found))
+            log.info("recovery: %d result(s) published since the oldest uncommitted task or in the last %g s",
+                     len(found), RECENT_S)
         finally:
             await probe.stop()
 

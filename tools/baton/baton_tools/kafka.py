@@ -413,6 +413,14 @@ class LocalKafka:
         if self._owns_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
+    def kill(self) -> None:
+        """SIGKILL, as a crash or a lost machine would stop it: no clean shutdown, the data directory
+        kept for `start` to recover from."""
+        atexit.unregister(self._stop_at_exit)
+        self._reap()
+        with contextlib.suppress(OSError):
+            self.pidfile.unlink()
+
     def __enter__(self) -> LocalKafka:
         return self.start()
 
