@@ -7,9 +7,6 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-# Answers that mean the gateway did not accept the request: nothing ran, nothing was logged.
-NOT_ACCEPTED = {429, 503}
-
 
 @dataclass
 class Call:
@@ -24,27 +21,27 @@ class Call:
     retries: int = 0  # sends after the first
 
 
-def problems(calls: list[Call], rows: Counter, rerun: list[str], late: list[str], recovery: dict[str, float | None],
-             deadline_s: float) -> list[str]:
-    """Everything that went wrong, one line each: empty when nothing was lost, duplicated or stuck.
+def problems(calls: list[Call], rows: Counter, queued: set[str], rerun: list[str], late: list[str],
+             recovery: dict[str, float | None], deadline_s: float) -> list[str]:
+    """Everything that was lost, duplicated or stuck, one line each: empty when nothing was.
 
-    A request is either answered, with its episode logged exactly once; or cut off with its connection
-    (the gateway died), its workflow still run and logged exactly once; or never accepted (connection
-    refused, 429, 503), with nothing logged. A 5xx after acceptance, an answer past the deadline, a step
-    run twice, a commit left behind or a fault never recovered from is a problem."""
+    A request that reached baton.requests (`queued`: the chaos ids found there) is logged exactly once,
+    whatever its client saw: an answer, an error after it was accepted (a 5xx, counted against its row
+    in the table), or its connection cut when its gateway died. One that never reached it (connection
+    refused, 429, 503, or cut before it was queued) is logged never. A request still waiting past its
+    deadline, a step run twice, a commit left behind or a fault never recovered from is a problem too;
+    so is a request retried with its Idempotency-Key that was not answered in the end."""
     out = []
     for c in calls:
-        logged = rows.get(c.cid, 0)
+        logged, expected = rows.get(c.cid, 0), 1 if c.cid in queued else 0
         limit = (3 if c.keyed else 1) * deadline_s + 5
         if c.outcome == "hung" or c.done is None or c.done - c.sent > limit:
             out.append(f"{c.phase}: {c.cid} hung past its deadline")
-        elif c.outcome in ("answer", "dropped") and logged != 1:
-            out.append(f"{c.phase}: {c.outcome} request {c.cid} logged {logged} time(s), not once")
-        elif c.outcome == "refused" or (c.outcome == "error" and c.status in NOT_ACCEPTED):
-            if logged:
-                out.append(f"{c.phase}: {c.cid} was not accepted ({c.reason}) but logged {logged} time(s)")
-        elif c.outcome not in ("answer", "dropped"):
-            out.append(f"{c.phase}: {c.cid} accepted but not answered: {c.reason or c.outcome}")
+        elif c.outcome == "answer" and not expected:
+            out.append(f"{c.phase}: {c.cid} was answered but never queued")
+        elif logged != expected:
+            out.append(f"{c.phase}: {c.outcome} request {c.cid} ({'queued' if expected else 'not queued'}) "
+                       f"logged {logged} time(s)")
         if c.keyed and c.outcome != "answer":
             out.append(f"{c.phase}: {c.cid} retried with its Idempotency-Key but not answered: {c.reason}")
     out += [f"step {t} ran again after it had completed" for t in rerun]
