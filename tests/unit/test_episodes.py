@@ -278,3 +278,18 @@ def test_a_replaced_file_goes_only_once_its_replacement_is_durable(root, monkeyp
         again.write(0, [record(o) for o in range(0, 2)])
     assert files(root) == ["date=2025-11-24/baton.responses-p0-000000000000-000000000003.parquet"], \
         "the old file stays while its replacement is not written"
+
+
+def test_retention_deletes_whole_days_older_than_it_keeps(root):
+    import datetime as dt
+
+    w = DatasetWriter(root, "baton.responses", EPISODE_SCHEMA)
+    w.write(0, [record(0)])  # 2025-11-24
+    fs, path = fsspec.core.url_to_fs(str(root))
+    for day in ("2025-11-20", "2025-11-23", "2025-11-25"):
+        fs.makedirs(f"{path}/date={day}", exist_ok=True)
+        fs.pipe_file(f"{path}/date={day}/baton.responses-p1-000000000000-000000000000.parquet", b"x")
+    removed = w.expire(2, today=dt.date(2025, 11, 25))  # keeps the 24th and the 25th
+    assert sorted(posixpath.basename(f) for f in removed) == ["date=2025-11-20", "date=2025-11-23"]
+    assert [f.split("/")[0] for f in files(root)] == ["date=2025-11-24", "date=2025-11-25"]
+    assert w.expire(2, today=dt.date(2025, 11, 25)) == []

@@ -476,6 +476,9 @@ class RewardLoggerConfig(_HttpService):
     cost_weight: float = Field(default=0.0, ge=0, description="USD-to-reward exchange rate in quality_minus_cost.")
     flush_every: int = Field(default=100, ge=1, description="Episodes per Parquet file at most.")
     flush_interval_s: float = Field(default=2.0, gt=0)
+    retention_days: int | None = Field(
+        default=None, ge=1, description="Days of the datasets kept: each day's folder (date=YYYY-MM-DD, by the "
+        "records' UTC day) is deleted once it is this many days old, checked hourly. Unset keeps everything.")
     eval_sets: dict[str, EvalSetConfig] = Field(
         default_factory=dict,
         description="Evaluation sets by name. A request naming an item, metadata baton_eval = 'NAME:ID', is graded "

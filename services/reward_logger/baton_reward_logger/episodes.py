@@ -128,6 +128,17 @@ class DatasetWriter:
         # per file, keeps a write's cost flat however many files the dataset holds.
         self._leftovers: dict[int, dict[int, list[str]]] = {}
 
+    def expire(self, keep_days: int, today: dt.date | None = None) -> list[str]:
+        """Delete the day folders older than `keep_days` days (today's counts as one); returns them.
+        Safe from any replica at any time: a folder is only ever written for its own records' day."""
+        today = today or dt.datetime.now(dt.UTC).date()
+        oldest_kept = f"date={(today - dt.timedelta(days=keep_days - 1)).isoformat()}"
+        self.fs.invalidate_cache(self.root)
+        old = [f for f in self.fs.glob(f"{self.root}/date=*") if posixpath.basename(f) < oldest_kept]
+        for folder in old:
+            self.fs.rm(folder, recursive=True)
+        return old
+
     def forget(self, partition: int) -> None:
         """The partition moved (to another replica, or back here): list it again before replacing files."""
         self._leftovers.pop(partition, None)

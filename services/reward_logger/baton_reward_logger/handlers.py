@@ -39,6 +39,7 @@ RowMaker = Callable[[Message, int, int], "tuple[dict, int] | None"]
 # While the dataset cannot be written, a partition holds at most this many flushes' worth of rows;
 # then its consumer waits, and the rest stays on the broker, uncommitted.
 HELD_FLUSHES = 20
+RETENTION_CHECK_S = 3600.0  # how often the datasets' retention is applied (reward_logger.retention_days)
 
 
 class DatasetMetrics:
@@ -94,6 +95,8 @@ class Sink:
                                          batch_wait_ms=max(1, min(_FETCH_WAIT_MS, int(self._interval * 500))),
                                          description="Episodes and ratings to write to the dataset.")
         self.consumer.every(min(0.5, self._interval), self.flush_due)
+        if settings.retention_days is not None:
+            self.consumer.every(RETENTION_CHECK_S, lambda: self.expire(settings.retention_days))
         self.tracker = self.consumer.tracker
 
     async def handle(self, message: Message, record: consumer.Record) -> None:
@@ -185,6 +188,11 @@ class Sink:
             for tp in [tp for tp, t in self._since.items() if force or now - t >= self._interval]:
                 await self._flush(tp)
             await self.consumer.commit()
+
+    async def expire(self, keep_days: int) -> None:
+        removed = await asyncio.to_thread(self.writer.expire, keep_days)
+        if removed:
+            log.info("removed %d day(s) of %s rows past the retention of %d days", len(removed), self.topic, keep_days)
 
     async def ready(self) -> str | None:
         """Not ready while the dataset cannot be written (the rows wait, uncommitted)."""
