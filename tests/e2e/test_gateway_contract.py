@@ -32,7 +32,8 @@ PROVIDER_KEY = "sk-provider-" + mint_key()[3:]
 KEYS = {"fuzz": FUZZ_KEY, "limited": LIMITED_KEY, "broke": BROKE_KEY, "feedback": FEEDBACK_KEY,
         "provider": PROVIDER_KEY}
 # Generated requests per operation; most are invalid on purpose, and answered at once.
-EXAMPLES = {"createChatCompletion": 800, "createFeedback": 300, "listModels": 60}
+EXAMPLES = {"createChatCompletion": 800, "createResponse": 300, "createFeedback": 300, "listModels": 60,
+            "getResponse": 30, "deleteResponse": 30}
 RESULTS: list[dict] = []  # every fuzz request: operation, status, body
 
 
@@ -195,11 +196,14 @@ def test_fuzz_the_gateway_against_its_openapi_schema(stack):
 # Rules between parameters that JSON Schema cannot state: a schema-valid request may break them, and
 # then gets a 400 naming the parameter. Anything else schema-valid must be accepted.
 ACROSS_FIELDS = re.compile(
-    r"invalid request: (messages\.\d+: tool_call_id .* answers no earlier assistant tool call|"
+    r"invalid request: ((messages\.\d+|input): tool_call_id .* answers no earlier assistant tool call|"
     r"tool_choice (needs tools|names .* which is not in tools)|parallel_tool_calls needs tools|"
     r"tools: two tools have the same name|top_logprobs needs logprobs: true|"
     r"logit_bias maps token ids to biases from -100 to 100|"
-    r"(tools\.\d+\.function\.parameters|response_format\.json_schema\.schema) is not a valid JSON Schema)")
+    r"(tools\.\d+(\.function)?\.parameters|response_format\.json_schema\.schema|text\.format\.schema) "
+    r"is not a valid JSON Schema)|"
+    # The Responses API: a conversation to continue must be stored (state no schema can know).
+    r"Previous response with id .* not found\.")
 
 
 def across_fields(response) -> bool:
@@ -217,6 +221,11 @@ def test_after_the_fuzz_the_stack_answers_and_no_key_shows_anywhere(stack):
     print(f"fuzz: {len(RESULTS)} requests; statuses {dict(sorted(statuses.items()))}; {dict(by_operation)}")
     assert len(RESULTS) >= 1000, (statuses, by_operation)
     assert not [s for s in statuses if s >= 500], statuses
+    for label in ("POST /v1/chat/completions", "POST /v1/responses", "GET /v1/responses/{response_id}",
+                  "DELETE /v1/responses/{response_id}", "POST /v1/feedback", "GET /v1/models"):
+        assert by_operation[label] > 0, f"the fuzz never called {label}: {dict(by_operation)}"
+    answered = collections.Counter(r["operation"] for r in RESULTS if r["status"] == 200)
+    assert answered["POST /v1/responses"] > 10, "too few generated responses requests got through to a workflow"
     assert statuses[200] > 50, "too few generated requests got through to a workflow"
     for svc in stack.services:
         assert svc.pid and alive(svc.pid), f"{svc.name} is gone; see {svc.log}"

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic.json_schema import models_json_schema
 
 from baton_gateway.api import ChatCompletionRequest, FeedbackIn
+from baton_gateway.responses_api import ResponsesRequest
 from baton_platform.config import DEFAULT_POLICY_NAME
 
 _REF = "#/components/schemas/{model}"
@@ -38,6 +39,12 @@ ERRORS = {
                   "(code insufficient_quota), or the replica at capacity (code overloaded, with Retry-After)."),
     "503": _error("The gateway cannot queue requests yet; retry shortly."),
 }
+IDEMPOTENCY_KEY = {"name": "Idempotency-Key", "in": "header", "required": False,
+                   "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[\\x20-\\x7e]+$"},
+                   "description": "A repeat with the same key gets the first request's answer and runs nothing."}
+IDEMPOTENCY_ERRORS = {
+    "409": _error("The Idempotency-Key was used by a request with another body (code idempotency_key_reused)."),
+}
 WORKFLOW_ERRORS = {
     "502": _error("The workflow failed (the code says how, e.g. step_failed, budget_exceeded)."),
     "504": _error("No answer within gateway.request_timeout_s, or a step timed out."),
@@ -54,15 +61,29 @@ def _user_message_required(schema: dict[str, Any]) -> None:
                                           "properties": {"type": {"const": "text"}, "text": text}}}]}}}})
 
 
+def _user_input_required(schema: dict[str, Any]) -> None:
+    """`input` is a string with text, or items among which a user message with text (a message item
+    may leave out its `type`)."""
+    text = {"type": "string", "pattern": r"\S"}
+    schema["properties"]["input"] = {"anyOf": [text, {"type": "array", "contains": {
+        "type": "object", "required": ["role", "content"],
+        "properties": {"type": {"const": "message"}, "role": {"const": "user"}, "content": {"anyOf": [text, {
+            "type": "array", "contains": {"type": "object", "required": ["type", "text"],
+                                          "properties": {"type": {"const": "input_text"}, "text": text}}}]}}},
+        "items": schema["properties"]["input"]["anyOf"][1]["items"]}]}
+
+
 def openapi_document(models: set[str] | frozenset[str] = frozenset({DEFAULT_POLICY_NAME})) -> dict[str, Any]:
-    _, top = models_json_schema([(ChatCompletionRequest, "validation"), (FeedbackIn, "validation")],
-                                ref_template=_REF)
+    _, top = models_json_schema([(ChatCompletionRequest, "validation"), (FeedbackIn, "validation"),
+                                 (ResponsesRequest, "validation")], ref_template=_REF)
     schemas: dict[str, Any] = top["$defs"]
     _user_message_required(schemas["ChatCompletionRequest"])
+    _user_input_required(schemas["ResponsesRequest"])
     # The policies this gateway serves now (the default and every published version); whether a key
     # may use one is its tenant's policy (404 model_not_found otherwise).
-    schemas["ChatCompletionRequest"]["properties"]["model"] = {
-        "type": "string", "enum": sorted(models), "description": "The policy: 'baton' or a published version."}
+    for request in ("ChatCompletionRequest", "ResponsesRequest"):
+        schemas[request]["properties"]["model"] = {
+            "type": "string", "enum": sorted(models), "description": "The policy: 'baton' or a published version."}
     schemas["Error"] = {
         "type": "object", "required": ["error"],
         "properties": {"error": {"type": "object", "required": ["message", "type", "param", "code"], "properties": {
@@ -76,6 +97,17 @@ def openapi_document(models: set[str] | frozenset[str] = frozenset({DEFAULT_POLI
             "choices": {"type": "array", "items": {"type": "object", "required": ["index", "message", "finish_reason"]}},
             "usage": {"type": "object", "required": ["prompt_tokens", "completion_tokens", "total_tokens"]},
             "baton": {"type": "object", "description": "The workflow: plan, per-step worker, tokens, cost, latency."}}}
+    schemas["Response"] = {
+        "type": "object", "required": ["id", "object", "created_at", "status", "model", "output", "usage"],
+        "properties": {
+            "id": {"type": "string"}, "object": {"const": "response"}, "created_at": {"type": "integer"},
+            "status": {"enum": ["completed", "incomplete", "failed", "in_progress"]}, "model": {"type": "string"},
+            "output": {"type": "array", "items": {"type": "object", "required": ["type"]}},
+            "usage": {"type": ["object", "null"]},
+            "baton": {"type": "object", "description": "The workflow: plan, per-step worker, tokens, cost, latency."}}}
+    schemas["ResponseDeleted"] = {
+        "type": "object", "required": ["id", "object", "deleted"],
+        "properties": {"id": {"type": "string"}, "object": {"const": "response"}, "deleted": {"const": True}}}
     schemas["ModelList"] = {
         "type": "object", "required": ["object", "data"],
         "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": {
@@ -94,7 +126,8 @@ def openapi_document(models: set[str] | frozenset[str] = frozenset({DEFAULT_POLI
     return {
         "openapi": "3.1.0",
         "info": {"title": "Baton gateway", "version": "1",
-                 "description": "OpenAI-compatible chat completions; errors have OpenAI's shape and status codes."},
+                 "description": "OpenAI-compatible chat completions and responses; errors have OpenAI's shape "
+                                "and status codes."},
         "components": {"schemas": schemas,
                        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
                                                       "description": "A tenant's API key."}}},
@@ -102,6 +135,7 @@ def openapi_document(models: set[str] | frozenset[str] = frozenset({DEFAULT_POLI
         "paths": {
             "/v1/chat/completions": {"post": {
                 "operationId": "createChatCompletion",
+                "parameters": [IDEMPOTENCY_KEY],
                 "requestBody": {"required": True, "content": {"application/json": {"schema": ref("ChatCompletionRequest")}}},
                 "responses": {
                     "200": {"description": "The answer; with `stream: true`, OpenAI chat.completion.chunk events.",
@@ -109,7 +143,28 @@ def openapi_document(models: set[str] | frozenset[str] = frozenset({DEFAULT_POLI
                                         "text/event-stream": {"schema": {  # each event, as SSE parsers read it
                                             "type": "object", "required": ["data"],
                                             "properties": {"data": {"type": "string"}}}}}},
-                    **ERRORS, **WORKFLOW_ERRORS}}},
+                    **ERRORS, **IDEMPOTENCY_ERRORS, **WORKFLOW_ERRORS}}},
+            "/v1/responses": {"post": {
+                "operationId": "createResponse",
+                "parameters": [IDEMPOTENCY_KEY],
+                "requestBody": {"required": True, "content": {"application/json": {"schema": ref("ResponsesRequest")}}},
+                "responses": {
+                    "200": {"description": "The response; with `stream: true`, OpenAI's typed response events.",
+                            "content": {"application/json": {"schema": ref("Response")},
+                                        "text/event-stream": {"schema": {
+                                            "type": "object", "required": ["data"],
+                                            "properties": {"event": {"type": "string"}, "data": {"type": "string"}}}}}},
+                    **ERRORS, **IDEMPOTENCY_ERRORS, **WORKFLOW_ERRORS}}},
+            "/v1/responses/{response_id}": {
+                "parameters": [{"name": "response_id", "in": "path", "required": True, "schema": {"type": "string"}}],
+                "get": {"operationId": "getResponse",
+                        "responses": {"200": _json("A response created with store: true.", ref("Response")),
+                                      "401": ERRORS["401"], "404": _error("No stored response of the caller's tenant "
+                                                                          "has this id.")}},
+                "delete": {"operationId": "deleteResponse",
+                           "responses": {"200": _json("Deleted.", ref("ResponseDeleted")), "401": ERRORS["401"],
+                                         "404": _error("No stored response of the caller's tenant has this id."),
+                                         "503": ERRORS["503"]}}},
             "/v1/models": {"get": {
                 "operationId": "listModels",
                 "responses": {"200": _json("The policies the caller may use.", ref("ModelList")),
