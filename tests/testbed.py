@@ -118,6 +118,24 @@ def running_stack(data: dict, run_dir: Path, bootstrap_servers: str):
         stack.stop()
 
 
+@contextlib.contextmanager
+def two_step_standin_stack(bootstrap_servers: str, run_dir: Path, subtasks: tuple[str, str]):
+    """Every service on the broker, planning two steps, `drafter` then `answerer` (which reads the
+    draft), both on one OpenAI-compatible stand-in whose URL the stack carries as `standin_url`."""
+    from baton_tools.standins.server import run_standin
+
+    with run_standin("openai", mode="subprocess") as standin_url:
+        data = default_config_data()
+        for name in ("drafter", "answerer"):
+            data["workers"].append({"name": name, "provider": "openai_compatible", "model": f"{name}-model",
+                                    "base_url": standin_url})
+        data["conductor"]["plan"] = {"workers": ["drafter", "answerer"], "subtasks": list(subtasks),
+                                     "access": [[], [0]]}
+        with running_stack(data, run_dir, bootstrap_servers) as stack:
+            stack.standin_url = standin_url
+            yield stack
+
+
 # -- driving services' consumers on a broker ----------------------------------------------------------
 
 BUSES = ("memory", "kafka")

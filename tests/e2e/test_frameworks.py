@@ -16,9 +16,9 @@ import httpx
 import openai
 import pytest
 from pydantic import BaseModel
-from testbed import default_config_data, running_stack
+from testbed import two_step_standin_stack
 
-from baton_tools.standins.server import reset_standin, run_standin, standin_requests
+from baton_tools.standins.server import reset_standin, standin_requests
 
 DRAFT = "Draft what the answer needs."
 ANSWER = "Give the final answer."
@@ -26,16 +26,8 @@ ANSWER = "Give the final answer."
 
 @pytest.fixture(scope="module")
 def stack(kafka_bootstrap, tmp_path_factory):
-    with run_standin("openai", mode="subprocess") as standin_url:
-        data = default_config_data()
-        for name in ("drafter", "answerer"):
-            data["workers"].append({"name": name, "provider": "openai_compatible", "model": f"{name}-model",
-                                    "base_url": standin_url})
-        data["conductor"]["plan"] = {"workers": ["drafter", "answerer"], "subtasks": [DRAFT, ANSWER],
-                                     "access": [[], [0]]}
-        with running_stack(data, tmp_path_factory.mktemp("frameworks"), kafka_bootstrap) as st:
-            st.standin_url = standin_url
-            yield st
+    with two_step_standin_stack(kafka_bootstrap, tmp_path_factory.mktemp("frameworks"), (DRAFT, ANSWER)) as st:
+        yield st
 
 
 @pytest.fixture

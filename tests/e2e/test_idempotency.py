@@ -17,28 +17,20 @@ import httpx
 import openai
 import pytest
 from aiokafka import AIOKafkaProducer
-from testbed import default_config_data, running_stack, wait_for
+from testbed import two_step_standin_stack, wait_for
 
 from baton_gateway.auth import ANONYMOUS
 from baton_gateway.idempotency import Claim
 from baton_platform import topics
-from baton_tools.standins.server import configure_standin, reset_standin, run_standin, standin_requests
+from baton_tools.standins.server import configure_standin, reset_standin, standin_requests
 
 QUESTION = [{"role": "user", "content": "Tell me about Paris."}]
 
 
 @pytest.fixture(scope="module")
 def stack(kafka_bootstrap, tmp_path_factory):
-    with run_standin("openai", mode="subprocess") as standin_url:
-        data = default_config_data()
-        for name in ("drafter", "answerer"):
-            data["workers"].append({"name": name, "provider": "openai_compatible", "model": f"{name}-model",
-                                    "base_url": standin_url})
-        data["conductor"]["plan"] = {"workers": ["drafter", "answerer"], "subtasks": ["Draft.", "Answer."],
-                                     "access": [[], [0]]}
-        with running_stack(data, tmp_path_factory.mktemp("idempotency"), kafka_bootstrap) as st:
-            st.standin_url = standin_url
-            yield st
+    with two_step_standin_stack(kafka_bootstrap, tmp_path_factory.mktemp("idempotency"), ("Draft.", "Answer.")) as st:
+        yield st
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from baton.v1 import responses_pb2
 from baton_gateway.api import ApiError, chat_request_from, tool_calls_body, workflow_summary
-from baton_gateway.params import INT32_MAX, NAME_PATTERN, ChatCompletionRequest, StreamOptions, first_error
+from baton_gateway.params import INT32_MAX, NAME_PATTERN, ChatCompletionRequest, FunctionDef, StreamOptions, first_error
 
 # Parameters of OpenAI's Responses API that Baton refuses, and why (the 400 says so).
 REFUSED = {
@@ -81,12 +81,10 @@ class FunctionCallOutputItem(_Strict):
 InputItem = Annotated[MessageItem | FunctionCallItem | FunctionCallOutputItem, Field(discriminator="type")]
 
 
-class FunctionTool(_Strict):
+class FunctionTool(FunctionDef):
+    """A chat function tool's definition, flattened into the tool as the Responses API spells it."""
+
     type: Literal["function"]
-    name: str = Field(pattern=NAME_PATTERN)
-    description: str | None = None
-    parameters: dict[str, Any] | None = None
-    strict: bool | None = None
 
 
 class NamedFunction(_Strict):

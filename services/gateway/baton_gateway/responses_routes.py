@@ -33,9 +33,9 @@ from baton_gateway.responses_api import (
     response_body,
     turn_messages,
 )
-from baton_gateway.routes import Api, check_final, error_response
+from baton_gateway.routes import Api, error_response
 from baton_gateway.stored import StoredResponses
-from baton_gateway.streaming import ClosingStreamingResponse, StreamedAnswer
+from baton_gateway.streaming import ClosingStreamingResponse
 
 log = logging.getLogger(__name__)
 
@@ -106,29 +106,19 @@ class ResponsesApi:
         """OpenAI's typed events: created, in_progress, the message's text as its step produces it
         (reconciled with the final answer, as chat streams are: baton_gateway.streaming), each tool
         call, then completed; a workflow that fails ends the stream with response.failed."""
-        api, events, answer, counted = self._api, Events(request_id), StreamedAnswer(), False
+        api, events, counted = self._api, Events(request_id), False
         try:
             yield events.send("response.created", response=response_body(request_id, req, created))
             yield events.send("response.in_progress", response=response_body(request_id, req, created))
             try:
-                while True:
-                    response = await api.next_response(request_id, waiter, deadline)
-                    kind = response.WhichOneof("outcome")
-                    if kind == "delta":
-                        if text := answer.accept(response.delta):
-                            for event in events.text(text):
-                                yield event
-                        continue
-                    if kind != "progress":
-                        break
-                    p = response.progress
-                    yield f": baton step {p.step + 1}/{p.steps} {p.worker} {p.state}\n\n"
-                check_final(request_id, response)
-                rest = answer.finish(response.answer)
-                if rest is None:
-                    raise ApiError(502, "the answer changed after part of it was streamed (a retried or fallback "
-                                        f"provider call); repeat the request to get it whole (request {request_id})",
-                                   type="server_error", code="stream_diverged")
+                async for kind, value in api.streamed(request_id, waiter, deadline):
+                    if kind == "text":
+                        for event in events.text(value):
+                            yield event
+                    elif kind == "progress":
+                        yield value
+                    else:
+                        response, rest = value
             except ApiError as e:
                 api.count(str(e.status))
                 counted = True

@@ -8,6 +8,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, Tracer
@@ -272,32 +273,47 @@ class Api:
             if response.WhichOneof("outcome") not in INTERIM:
                 return check_final(request_id, response)
 
+    async def streamed(self, request_id: str, waiter: asyncio.Queue[responses_pb2.Response],
+                       deadline: float) -> AsyncIterator[tuple[str, Any]]:
+        """A streaming request's replies, reconciled with its final answer (baton_gateway.streaming), as
+        ("text", new answer text), ("progress", an SSE comment) and last ("final", (response, the rest
+        of its answer)); an ApiError when the workflow failed or the answer changed after part of it went out."""
+        answer = StreamedAnswer()
+        while True:
+            response = await self.next_response(request_id, waiter, deadline)
+            kind = response.WhichOneof("outcome")
+            if kind == "delta":
+                if text := answer.accept(response.delta):
+                    yield "text", text
+                continue
+            if kind != "progress":
+                break
+            p = response.progress
+            yield "progress", f": baton step {p.step + 1}/{p.steps} {p.worker} {p.state}\n\n"
+        check_final(request_id, response)
+        rest = answer.finish(response.answer)
+        if rest is None:
+            raise ApiError(502, "the answer changed after part of it was streamed (a retried or fallback provider "
+                                f"call); repeat the request to get it whole (request {request_id})",
+                           type="server_error", code="stream_diverged")
+        yield "final", (response, rest)
+
     async def _stream(self, req: ChatCompletionRequest, request_id: str, waiter: asyncio.Queue[responses_pb2.Response],
                       deadline: float) -> AsyncIterator[str]:
         """OpenAI chat.completion.chunk events: the answer's text as its step produces it, reconciled
         with the final answer (baton_gateway.streaming); workflow progress travels as SSE comments,
         which standard parsers skip."""
-        answer, counted = StreamedAnswer(), False
+        counted = False
         try:
             yield sse(opening_chunk(request_id, req.model))
             try:
-                while True:
-                    response = await self.next_response(request_id, waiter, deadline)
-                    kind = response.WhichOneof("outcome")
-                    if kind == "delta":
-                        if text := answer.accept(response.delta):
-                            yield sse(content_chunk(request_id, req.model, text))
-                        continue
-                    if kind != "progress":
-                        break
-                    p = response.progress
-                    yield f": baton step {p.step + 1}/{p.steps} {p.worker} {p.state}\n\n"
-                check_final(request_id, response)
-                rest = answer.finish(response.answer)
-                if rest is None:
-                    raise ApiError(502, "the answer changed after part of it was streamed (a retried or fallback "
-                                        f"provider call); repeat the request to get it whole (request {request_id})",
-                                   type="server_error", code="stream_diverged")
+                async for kind, value in self.streamed(request_id, waiter, deadline):
+                    if kind == "text":
+                        yield sse(content_chunk(request_id, req.model, value))
+                    elif kind == "progress":
+                        yield value
+                    else:
+                        response, rest = value
             except ApiError as e:
                 self._metrics.requests.labels(str(e.status)).inc()
                 counted = True
