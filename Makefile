@@ -9,7 +9,7 @@ PY := .venv/bin/python
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: help install proto docs kafka helm vllm gpu-check promtool lint test test-fast chaos demo train-demo train-conductor up down bench images k8s-images k8s-tools k8s-up k8s-down k8s-test clean
+.PHONY: help install proto docs kafka helm vllm gpu-check promtool lint test test-fast chaos chaos-crash demo train-demo train-conductor up down bench images k8s-images k8s-tools k8s-up k8s-down k8s-test clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  %-12s %s\n", $$1, $$2}'
@@ -57,6 +57,9 @@ test-fast: install ## Tests without a broker, service processes or the vLLM engi
 
 chaos: install kafka ## Kill -9 and restart each service, then the broker, under load; print a table per fault (~2-4 min; also in `make test`)
 	$(PY) -m pytest tests/e2e/test_chaos.py -s $(PYTEST_ARGS)
+
+chaos-crash: install kafka ## `make chaos` plus the broker killed with SIGKILL (not in `make test`: it finds a known double run, see tests/e2e/test_chaos.py)
+	BATON_CHAOS_BROKER_KILL=1 $(PY) -m pytest tests/e2e/test_chaos.py -s $(PYTEST_ARGS)
 
 bench: install kafka ## Benchmarks: overhead vs LiteLLM, throughput, CPU profiles and per-hop latency, provider limits (BENCH_ARGS=--quick: ~3 min)
 	$(PY) bench/run.py $(BENCH_ARGS)
