@@ -57,12 +57,15 @@ def default_config_data(local_model_port: int | None = None) -> dict:
                 del w["fallback"]
         if w.get("local_server"):
             w["base_url"] = f"http://127.0.0.1:{local_model_port}/v1"
-    # Tests write the config elsewhere: the evaluation sets' and the adapter's relative paths would not follow it.
+    # Tests write the config elsewhere: the evaluation sets', the adapter's and the estimate's relative paths would
+    # not follow it.
     for eval_set in data.get("reward_logger", {}).get("eval_sets", {}).values():
         eval_set["path"] = str((DEFAULT_CONFIG.parent / eval_set["path"]).resolve())
     transformers = data["conductor"].get("transformers", {})
     if transformers.get("adapter"):
         transformers["adapter"] = str((DEFAULT_CONFIG.parent / transformers["adapter"]).resolve())
+    if data["conductor"].get("evidence"):
+        data["conductor"]["evidence"] = str((DEFAULT_CONFIG.parent / data["conductor"]["evidence"]).resolve())
     return data
 
 

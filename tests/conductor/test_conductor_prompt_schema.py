@@ -42,7 +42,7 @@ def ask(text: str, policy: str = "baton") -> requests_pb2.ChatRequest:
 
 
 def test_the_prompt_shows_the_pool_as_cards_by_index_and_never_names_a_worker():
-    cfg = config()
+    cfg = config(evidence=None)
     messages = PlanPrompter(*pool(cfg)).messages(ask("Which planet is largest?"))
     system, user = messages
     assert system["role"] == "system" and user == {"role": "user", "content": "Which planet is largest?"}
@@ -255,3 +255,39 @@ def test_a_plan_that_copies_the_worked_example_is_told_from_one_that_works_on_it
     assert not copies_example(["Name the capital of France.", "Check the answer and state it."])
     assert not copies_example(["Compute 17 * 25 step by step."])
     assert not copies_example([])
+
+
+def test_the_routers_estimate_follows_the_question_most_likely_worker_first_by_index():
+    prompter = PlanPrompter(*pool(config(evidence=None)))
+    chances = {"llama-70b": 0.614, "gemini-pro": 0.7449, "gemini-flash": 0.7451, "not-in-the-pool": 0.99}
+    user = prompter.messages(ask("Which planet is largest?"), chances)[1]["content"]
+    assert user == ("Which planet is largest?\n\nThe router's estimate of each model's chance to answer right: "
+                    "Model 1 75%, Model 0 74%, Model 2 61%.")
+    assert prompter.chat_messages("Which planet is largest?", chances)[1]["content"] == user
+    assert prompter.messages(ask("Which planet is largest?"), {})[1]["content"] == "Which planet is largest?"
+
+
+def test_a_configured_estimate_is_shown_to_each_request_but_not_to_an_inner_call(tmp_path):
+    from baton_policy.evidence import Evidence
+    from baton_policy.matrix import from_rows
+
+    # Worker gemini-flash is right on arithmetic, gemini-pro on history; llama-70b never.
+    rows = []
+    for i in range(60):
+        math = i % 2 == 0
+        prompt = f"What is {i} plus {i + 3}?" if math else f"In which year did treaty number {i} end the war?"
+        rows.append({"sample_id": str(i), "eval_name": "math" if math else "history", "prompt": prompt,
+                     "gemini-pro": "0" if math else "1", "gemini-flash": "1" if math else "0", "llama-70b": "0"})
+    fitted = Evidence.fit(from_rows(["sample_id", "eval_name", "prompt", *NAMES], rows))
+    prompter = PlanPrompter(*pool(config(evidence=str(fitted.save(tmp_path / "evidence")))))
+    user = prompter.messages(ask("What is 70 plus 73?"))[1]["content"]
+    assert user.startswith("What is 70 plus 73?\n\nThe router's estimate of each model's chance to answer right: "
+                           "Model 1 "), user
+    assert prompter.messages(ask("In which year did treaty number 71 end the war?"))[1]["content"].split(": ")[1] \
+        .startswith("Model 0 ")
+    inner = ask("What is 70 plus 73?")
+    inner.parent.depth = 1
+    inner.parent.last_answer = "143"
+    assert "estimate" not in prompter.messages(inner)[1]["content"]
+    with pytest.raises(ValueError, match="no evidence.json"):
+        PlanPrompter(*pool(config(evidence=str(tmp_path))))

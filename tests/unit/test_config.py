@@ -141,8 +141,10 @@ def test_relative_model_paths_are_relative_to_the_file(write_config):
     data = default_config_data()
     data["conductor"]["transformers"] = {"model_path": "models/conductor", "cache_dir": "/abs/cache"}
     data["conductor"]["vllm"] = {"model": "Qwen/Qwen2.5-7B-Instruct", "adapters": {"v1": "adapters/v1"}}
+    data["conductor"]["evidence"] = "conductor/evidence"
     path = write_config(data=data)
     conductor = load_config(path).conductor
+    assert conductor.evidence == path.parent.resolve() / "conductor/evidence"
     assert conductor.transformers.model_path == path.parent.resolve() / "models/conductor"
     assert str(conductor.transformers.cache_dir) == "/abs/cache"
     assert conductor.vllm.adapters["v1"] == path.parent.resolve() / "adapters/v1"

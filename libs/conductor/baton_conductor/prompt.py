@@ -141,10 +141,23 @@ def tools_note(request: requests_pb2.ChatRequest, max_chars: int) -> str:
     return TOOLS.format(names=_cut(names, max_chars)) + (TOOL_RESULTS if results else "")
 
 
+EVIDENCE = "\n\nThe router's estimate of each model's chance to answer right: {chances}."
+
+
+def evidence_note(chances: Mapping[str, float] | None, worker_names: Sequence[str]) -> str:
+    """The router's estimate (`baton_policy.evidence`) as the prompt shows it: each worker the estimate
+    knows, by index, most likely right first, in whole percent. Empty when there is no estimate."""
+    index = {name: i for i, name in enumerate(worker_names)}
+    known = sorted(((p, index[w]) for w, p in (chances or {}).items() if w in index), key=lambda x: (-x[0], x[1]))
+    if not known:
+        return ""
+    return EVIDENCE.format(chances=", ".join(f"Model {i} {round(100 * p)}%" for p, i in known))
+
+
 def conductor_messages(messages: Sequence[Mapping[str, str]], cards: Sequence[str], bounds: PlanBounds,
                        *, example: bool = True, max_query_chars: int = 2000, inner: str = "") -> list[dict[str, str]]:
-    """Chat messages for the conductor model: the instructions with the pool, then the question (and,
-    for an inner call, the workflow so far: `inner_context`)."""
+    """Chat messages for the conductor model: the instructions with the pool, then the question and what
+    follows it (the router's estimate, the client's tools, and for an inner call the workflow so far)."""
     return [
         {"role": "system", "content": system_prompt(cards, bounds, example)},
         {"role": "user", "content": question(messages, max_query_chars) + inner},

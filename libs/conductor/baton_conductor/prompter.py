@@ -4,7 +4,7 @@ trainer trains: both build them here, so the trained model sees exactly what it 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from baton.v1 import requests_pb2
 from baton_conductor.prompt import (
@@ -12,6 +12,7 @@ from baton_conductor.prompt import (
     cards_from,
     conductor_messages,
     conversation,
+    evidence_note,
     inner_context,
     tools_note,
 )
@@ -40,21 +41,25 @@ class Prompter:
     def bounds_for(self, request: requests_pb2.ChatRequest) -> PlanBounds:
         return self.inner_bounds if request.HasField("parent") else self.bounds
 
-    def messages(self, request: requests_pb2.ChatRequest) -> list[dict[str, str]]:
+    def messages(self, request: requests_pb2.ChatRequest,
+                 chances: Mapping[str, float] | None = None) -> list[dict[str, str]]:
+        """The conductor's messages for `request`; `chances` is the router's estimate of each worker's
+        chance to answer it right (`baton_policy.evidence`), shown after the question when given."""
         inner = ""
         if request.HasField("parent"):
             inner = inner_context(request.parent, self.worker_names, self._max_query_chars,
                                   may_recurse=request.parent.depth < self.max_depth)
         # The plan's last step gets the client's tools: the conductor plans knowing it (and a trained
         # conductor learned with the same note, as the trainer builds prompts here too).
-        inner = tools_note(request, self._max_query_chars) + inner
+        inner = evidence_note(chances, self.worker_names) + tools_note(request, self._max_query_chars) + inner
         return conductor_messages(conversation(request), self.cards, self.bounds, example=self._example,
                                   max_query_chars=self._max_query_chars, inner=inner)
 
-    def chat_messages(self, question: str) -> list[dict[str, str]]:
+    def chat_messages(self, question: str, chances: Mapping[str, float] | None = None) -> list[dict[str, str]]:
         """The messages of a plain request asking `question` (no tools, not an inner call)."""
         return conductor_messages([{"role": "user", "content": question}], self.cards, self.bounds,
-                                  example=self._example, max_query_chars=self._max_query_chars)
+                                  example=self._example, max_query_chars=self._max_query_chars,
+                                  inner=evidence_note(chances, self.worker_names))
 
     def parse(self, text: str, bounds: PlanBounds | None = None) -> Plan:
         """The plan in `text`, with worker names; ConductorOutputError when it is not one."""

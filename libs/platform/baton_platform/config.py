@@ -285,6 +285,12 @@ class ConductorConfig(_Strict):
     max_query_chars: int = Field(default=2000, ge=16,
                                  description="The question is cut to this many characters in the conductor's prompt.")
     prompt_example: bool = Field(default=True, description="Show a worked example plan in the conductor's prompt.")
+    evidence: Path | None = Field(
+        default=None,
+        description="Directory of the router's estimate of each worker's chance to answer a question right "
+        "(what `baton-trainer warm-start --evidence` writes to OUT/evidence), shown in a model conductor's prompt "
+        "after the question. Use it with an adapter trained with it: an untrained model reads it poorly.",
+    )
     transformers: TransformersConductorConfig = Field(
         default_factory=TransformersConductorConfig, description="Settings of the 'transformers' backend.")
     openai: OpenAIConductorConfig | None = Field(default=None, description="Settings of the 'openai' backend.")
@@ -688,6 +694,7 @@ def _resolve_paths(config: BatonConfig, base: Path) -> BatonConfig:
             w.sim.dataset = resolved(w.sim.dataset)
         if w.local_server is not None:
             w.local_server.model_path = maybe_resolved(w.local_server.model_path)
+    config.conductor.evidence = maybe_resolved(config.conductor.evidence)
     transformers = config.conductor.transformers
     transformers.model_path = maybe_resolved(transformers.model_path)
     transformers.cache_dir = maybe_resolved(transformers.cache_dir)

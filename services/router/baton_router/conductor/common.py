@@ -24,8 +24,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from baton.v1 import requests_pb2
 from baton_conductor import ConductorOutputError, PlanBounds, Prompter
+from baton_conductor.prompt import conversation
+from baton_platform.config import ConductorConfig, WorkerConfig
 from baton_router.conductor.base import Proposal
+from baton_workflow import query_text
 
 
 class ConductorUnavailable(RuntimeError):
@@ -33,7 +37,21 @@ class ConductorUnavailable(RuntimeError):
 
 
 class PlanPrompter(Prompter):
-    """The shared prompter, plus turning sampled text into a Proposal that keeps what was sampled."""
+    """The shared prompter, plus the router's estimate of each worker's chance (`conductor.evidence`,
+    shown to a request that is not an inner call) and turning sampled text into a Proposal."""
+
+    def __init__(self, conductor: ConductorConfig, workers: Sequence[WorkerConfig]) -> None:
+        super().__init__(conductor, workers)
+        self.evidence = None
+        if conductor.evidence is not None:
+            from baton_policy.evidence import Evidence
+
+            self.evidence = Evidence.load(conductor.evidence)
+
+    def messages(self, request: requests_pb2.ChatRequest, chances=None) -> list[dict[str, str]]:
+        if chances is None and self.evidence is not None and not request.HasField("parent"):
+            chances = self.evidence.chance_of(query_text(conversation(request)), request.metadata.get("eval_name") or None)
+        return super().messages(request, chances)
 
     def proposal(self, text: str, token_logprobs: Sequence[float], log_prop: float | None,
                  policy_version: str, bounds: PlanBounds | None = None) -> Proposal:
