@@ -55,7 +55,8 @@ def test_a_groups_target_is_its_best_worker_and_the_cost_weight_prefers_the_chea
 def test_examples_are_the_routers_prompts_with_a_one_step_plan_on_the_groups_target():
     config = BatonConfig(**config_data())
     matrix = from_rows(header(), matrix_rows(FRUITS, "fruit", 0, 0) + matrix_rows(PLANETS, "planet", 1, 100))
-    prompter, items, targets = examples(config, matrix, cost_weight=0.0, limit=None, seed=0)
+    prompter, items, targets, fitted = examples(config, matrix, cost_weight=0.0, limit=None, seed=0)
+    assert fitted is None
     assert targets == {"fruit": NAMES[0], "planet": NAMES[1]}
     assert len(items) == 20 and prompter.worker_names == NAMES
     for item in items:
@@ -66,6 +67,25 @@ def test_examples_are_the_routers_prompts_with_a_one_step_plan_on_the_groups_tar
     uneven = from_rows(header(), matrix_rows(FRUITS, "fruit", 0, 0) + matrix_rows(PLANETS[:2], "planet", 1, 100))
     assert [e.worker for e in examples(config, uneven, cost_weight=0.0, limit=4, seed=0)[1]].count(NAMES[1]) == 2
     assert len(examples(config, uneven, cost_weight=0.0, limit=None, seed=0)[1]) == 12
+
+
+def test_with_the_estimate_a_questions_target_is_the_worker_it_puts_first_and_its_prompt_shows_it():
+    config = BatonConfig(**config_data())
+    words = [f"{w}{k}" for k in range(3) for w in FRUITS]
+    stars = [f"{w}{k}" for k in range(3) for w in PLANETS]
+    matrix = from_rows(header(), matrix_rows(words, "fruit", 0, 0) + matrix_rows(stars, "planet", 1, 100))
+    prompter, items, groups, fitted = examples(config, matrix, cost_weight=0.0, limit=None, seed=0, evidence=True)
+    assert groups is None and fitted.workers == NAMES
+    assert len(items) == 60
+    first = 0
+    for item in items:
+        user = item.messages[1]["content"]
+        shown = user.split("The router's estimate of each model's chance to answer right: ")[1]
+        assert shown.startswith(f"Model {prompter.worker_names.index(item.worker)} ")
+        want = 0 if any(w in user for w in FRUITS) else 1
+        first += json.loads(item.target)["model_id"] == [want]
+    # Out of fold, from the text alone, the estimate puts each group's worker first.
+    assert first >= 54, first
 
 
 @pytest.mark.slow
@@ -88,7 +108,7 @@ def test_the_warm_start_cli_trains_an_adapter_on_the_shared_prefix_as_the_whole_
         train_rows = matrix_rows(seen[0], "fruit", 0, 0) + matrix_rows(seen[1], "planet", 1, 100)
         test_rows = matrix_rows(unseen[0], "fruit", 0, 200) + matrix_rows(unseen[1], "planet", 1, 300)
         # The instruction the tiny tokenizer keeps as one token (see grpo_tiny), so a few steps suffice.
-        _, items, _ = examples(config, from_rows(header(), train_rows + test_rows), cost_weight=0.0, limit=None, seed=0,
+        _, items, _, _ = examples(config, from_rows(header(), train_rows + test_rows), cost_weight=0.0, limit=None, seed=0,
                                instruction=SUBTASK)
         tokenizer = tiny_tokenizer([m["content"] for e in items for m in e.messages] + [e.target for e in items])
         base = tiny_qwen2(tokenizer, seed=0)
@@ -164,7 +184,7 @@ def test_the_real_conductor_learns_to_route_unseen_questions_by_their_subject():
     data["conductor"]["max_query_chars"] = 300
     config = BatonConfig(**data)
     train_matrix = from_rows(header_, as_rows("math", slice(16)) + as_rows("law", slice(16)), models=COLUMNS)
-    prompter, items, targets = examples(config, train_matrix, cost_weight=0.0, limit=None, seed=0)
+    prompter, items, targets, _ = examples(config, train_matrix, cost_weight=0.0, limit=None, seed=0)
     assert targets == {"mmlu-pro.math": NAMES[1], "mmlu-pro.law": NAMES[0]}
     directory, gguf = packaged_gguf()
     tokenizer = AutoTokenizer.from_pretrained(str(directory), gguf_file=gguf)
@@ -189,3 +209,60 @@ def test_the_real_conductor_learns_to_route_unseen_questions_by_their_subject():
     # Unseen questions of both subjects go to their subject's worker; the untrained model guessed.
     assert sum(after) >= 14 and sum(after[:8]) >= 6 and sum(after[8:]) >= 6, (before, after)
     assert sum(after) > sum(before)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_real_conductor_learns_to_name_the_worker_the_estimate_puts_first():
+    """SmolLM2-135M, warm-started on 36 MMLU-Pro questions each shown an estimate whose first worker is its
+    target (drawn at random, so the question's text says nothing), then asked 18 questions it never saw with
+    new estimates: it names the worker each one puts first. The untrained model does not."""
+    pytest.importorskip("peft")
+    import random
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from baton_conductor import render_plan
+    from baton_router.conductor.transformers_backend import packaged_gguf
+    from baton_trainer.warmstart import Example, train
+
+    _, rows = read_rows(MMLU_PRO)
+    questions = [r["prompt"] for r in rows if len(r["prompt"]) < 400][:54]
+    data = config_data()
+    data["conductor"]["max_query_chars"] = 300
+    prompter = Prompter(BatonConfig(**data).conductor, BatonConfig(**data).workers)
+    rng = random.Random(0)
+
+    def estimate(first: int) -> dict[str, float]:
+        chances = sorted((rng.uniform(0.3, 0.9) for _ in NAMES), reverse=True)
+        order = [first, *rng.sample([j for j in range(3) if j != first], 2)]
+        return {NAMES[j]: p for j, p in zip(order, chances, strict=True)}
+
+    firsts = [k % 3 for k in range(54)]
+    shown = [estimate(f) for f in firsts]
+    items = [Example(prompter.chat_messages(q, e), render_plan([f], [INSTRUCTION], [[]]), NAMES[f],
+                     render_plan([(f + 1) % 3], [INSTRUCTION], [[]]))
+             for q, e, f in zip(questions[:36], shown[:36], firsts[:36], strict=True)]
+    directory, gguf = packaged_gguf()
+    tokenizer = AutoTokenizer.from_pretrained(str(directory), gguf_file=gguf)
+    model = AutoModelForCausalLM.from_pretrained(str(directory), gguf_file=gguf, dtype=torch.float32)
+    digits = [tokenizer.convert_tokens_to_ids(str(w)) for w in range(3)]
+
+    @torch.no_grad()
+    def named(m) -> list[bool]:
+        out = []
+        for q, e, f in zip(questions[36:], shown[36:], firsts[36:], strict=True):
+            text = tokenizer.apply_chat_template(prompter.chat_messages(q, e), tokenize=False,
+                                                 add_generation_prompt=True) + '{"model_id": ['
+            logits = m(**tokenizer(text, return_tensors="pt", add_special_tokens=False)).logits[0, -1]
+            out.append(int(torch.argmax(logits[digits])) == f)
+        return out
+
+    before = named(model)
+    tuned, losses = train(model, tokenizer, items, layers=4, epochs=4, batch_size=9, learning_rate=1e-3, seed=0)
+    after = named(tuned)
+    assert losses[-1] < losses[0]
+    # Each of the three workers is named when the estimate puts it first (6 of each among the 18).
+    assert sum(after) >= 16 and all(sum(after[k::3]) >= 5 for k in range(3)), (before, after)
+    assert sum(after) > sum(before) + 4

@@ -12,6 +12,13 @@ worker's. A per-group mean is the outcome the text can predict: a single row's r
 mostly noise the prompt does not show. Workers without a column in the matrix (a local model) are
 never targets. The prompt is the router's own (`baton_conductor.Prompter`) for the config's pool.
 
+With `--evidence` the prompt also shows the router's estimate of each worker's chance on the question
+(`baton_policy.evidence`), as the router will show it when serving, and the target is the worker that
+estimate puts first. A subject's best worker is only right on average: the estimate reads the question
+itself. The estimates shown are out of fold (fitted without the question), so the model learns from
+estimates as good as those it is served; the estimate fitted on every row is written to OUT/evidence
+for the config's `conductor.evidence`.
+
 Questions are taken from each target worker in turn (`balanced`), and the token that names the
 worker weighs more than the plan's other tokens in the loss (`train`).
 
@@ -42,11 +49,13 @@ from pathlib import Path
 from baton.v1 import common_pb2, requests_pb2
 from baton_conductor import ADAPTER_MANIFEST, Prompter, render_plan
 from baton_platform.config import BatonConfig, ConfigError, load_config
+from baton_policy.evidence import Evidence, out_of_fold
 from baton_policy.matrix import OutcomeMatrix, load_matrix
 
 from .grpo_data import matrix_column, pool_matrix
 
 ADAPTER_DIR = "adapter"
+EVIDENCE_DIR = "evidence"
 # The instruction of the target plan's one step: the workers answer the question as asked.
 INSTRUCTION = "Answer the question. End with the final answer."
 
@@ -75,32 +84,44 @@ def group_targets(matrix: OutcomeMatrix, cost_weight: float) -> dict[str, str]:
 
 
 def examples(config: BatonConfig, matrix: OutcomeMatrix, *, cost_weight: float, limit: int | None,
-             seed: int, instruction: str = INSTRUCTION) -> tuple[Prompter, list[Example], dict[str, str]]:
+             seed: int, instruction: str = INSTRUCTION, evidence: bool = False,
+             ) -> tuple[Prompter, list[Example], dict[str, str] | None, Evidence | None]:
     """The training examples for the config's pool on `matrix` (RouterBench layout): the router's prompt
-    for each question, and the target plan of its group."""
+    for each question and its target plan, on its group's worker (`group_targets`) or, with `evidence`,
+    on the worker the router's estimate puts first, the prompt showing that estimate out of fold. Returns
+    the group targets (None with `evidence`) and the estimate fitted on every row (None without)."""
     prompter = Prompter(config.conductor, config.workers)
     scored = [w for w in config.workers if matrix_column(w, matrix.models) is not None]
     pool = pool_matrix(matrix, scored)
-    targets = group_targets(pool, cost_weight)
+    groups, fitted, chances = None, None, None
+    if evidence:
+        chances = out_of_fold(pool, seed=seed)
+        targets = [pool.models[j] for j in chances.argmax(1)]
+        fitted = Evidence.fit(pool, seed=seed)
+    else:
+        groups = group_targets(pool, cost_weight)
+        targets = [groups[g or ""] for g in pool.eval_names]
     out = []
-    for i in balanced(pool, targets, limit, seed):
-        worker = targets[pool.eval_names[i] or ""]
+    for i in balanced(targets, limit, seed):
+        worker = targets[i]
+        shown = dict(zip(pool.models, chances[i].tolist(), strict=True)) if chances is not None else None
         request = requests_pb2.ChatRequest(request_id=f"warm-{i}", policy="baton",
                                            messages=[common_pb2.ChatMessage(role="user", content=pool.prompts[i])])
         index = prompter.worker_names.index(worker)
         plan, other = (render_plan([k], [instruction], [[]]) for k in (index, (index + 1) % len(prompter.worker_names)))
-        out.append(Example(prompter.messages(request), plan, worker, other))
-    return prompter, out, targets
+        out.append(Example(prompter.messages(request, shown), plan, worker, other))
+    return prompter, out, groups, fitted
 
 
-def balanced(pool: OutcomeMatrix, targets: dict[str, str], limit: int | None, seed: int) -> list[int]:
-    """Rows taken from each target worker in turn (seeded order), so that a worker that is the target
-    of few subjects is not drowned by the majority; once a worker's rows run out the others go on."""
+def balanced(targets: Sequence[str], limit: int | None, seed: int) -> list[int]:
+    """Rows (indices of `targets`, each row's target worker) taken from each target worker in turn (seeded
+    order), so that a worker that is the target of few rows is not drowned by the majority; once a
+    worker's rows run out the others go on."""
     queues: dict[str, list[int]] = defaultdict(list)
-    order = list(range(len(pool)))
+    order = list(range(len(targets)))
     random.Random(seed).shuffle(order)
     for i in order:
-        queues[targets[pool.eval_names[i] or ""]].append(i)
+        queues[targets[i]].append(i)
     out: list[int] = []
     while any(queues.values()) and (limit is None or len(out) < limit):
         for worker in sorted(queues):
@@ -265,8 +286,8 @@ def train(model, tokenizer, items: Sequence[Example], *, layers: int = 6, epochs
 
 def warm_start(config_path: Path, matrix_path: Path, model_path: Path, out: Path, *, examples_limit: int | None,
                cost_weight: float, layers: int, epochs: int, batch_size: int, learning_rate: float, lora_r: int,
-               choice_weight: float, seed: int, instruction: str = INSTRUCTION, threads: int | None = None, command: str = "",
-               log=print) -> Path:
+               choice_weight: float, seed: int, instruction: str = INSTRUCTION, evidence: bool = False,
+               threads: int | None = None, command: str = "", log=print) -> Path:
     import torch
 
     from .grpo import _load_model
@@ -275,8 +296,10 @@ def warm_start(config_path: Path, matrix_path: Path, model_path: Path, out: Path
         torch.set_num_threads(threads)
     config = load_config(config_path)
     matrix = load_matrix(matrix_path)
-    prompter, items, targets = examples(config, matrix, cost_weight=cost_weight, limit=examples_limit, seed=seed,
-                                        instruction=instruction)
+    prompter, items, targets, fitted = examples(config, matrix, cost_weight=cost_weight, limit=examples_limit,
+                                                seed=seed, instruction=instruction, evidence=evidence)
+    if fitted is not None:
+        fitted.save(out / EVIDENCE_DIR)
     model, tokenizer = _load_model(str(model_path), None, use_cpu=True)
     started = time.monotonic()
     model, losses = train(model, tokenizer, items, layers=layers, epochs=epochs, batch_size=batch_size,
@@ -300,7 +323,9 @@ def warm_start(config_path: Path, matrix_path: Path, model_path: Path, out: Path
         "matrix_sha256": hashlib.sha256(matrix_path.read_bytes()).hexdigest(),
         "matrix_rows": len(matrix),
         "prompts": len(items),
+        "targets": "the router's estimate's first worker" if evidence else "the group's best worker",
         "group_targets": targets,
+        "evidence": EVIDENCE_DIR if evidence else None,
         "target_shares": {w: round(c / len(items), 4) for w, c in Counter(e.worker for e in items).most_common()},
         "cost_weight": cost_weight,
         "instruction": instruction,
@@ -326,7 +351,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, type=Path, help="the base model's directory (Transformers layout)")
     p.add_argument("--out", required=True, type=Path, help="writes OUT/adapter with its manifest")
     p.add_argument("--examples", type=int, default=None, help="train on at most this many questions (seeded sample)")
-    p.add_argument("--cost-weight", type=float, default=0.0, help="W: a target's reward is score - W * cost / C")
+    p.add_argument("--cost-weight", type=float, default=0.0,
+                   help="W: a group target's reward is score - W * cost / C (unused with --evidence)")
     p.add_argument("--layers", type=int, default=6, help="LoRA on the top LAYERS decoder layers")
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=16)
@@ -336,6 +362,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lora-r", type=int, default=16)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--instruction", default=INSTRUCTION, help="the target plan's instruction to its one step")
+    p.add_argument("--evidence", action="store_true",
+                   help="show the router's estimate of each worker's chance in the prompt (out of fold), target the "
+                   "worker it puts first, and write the estimate fitted on every row to OUT/evidence")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     return p
 
@@ -350,7 +379,8 @@ def main(argv: list[str] | None = None) -> int:
                              cost_weight=args.cost_weight, layers=args.layers, epochs=args.epochs,
                              batch_size=args.batch_size, learning_rate=args.learning_rate, lora_r=args.lora_r,
                              choice_weight=args.choice_weight,
-                             seed=args.seed, instruction=args.instruction, threads=args.threads,
+                             seed=args.seed, instruction=args.instruction, evidence=args.evidence,
+                             threads=args.threads,
                              # The home directory is the machine's, not the recipe's.
                              command=shlex.join(["baton-trainer", "warm-start", *(argv or [])]).replace(
                                  str(Path.home()), "~"),
