@@ -53,3 +53,23 @@ def test_heldout_reports_each_seeds_gain_over_the_test_sides_best_single_and_the
     gains = [s["gain_points"] for s in result["splits"]]
     assert result["gain_points_min"] == min(gains) and result["gain_points_sd"] >= 0
     assert heldout_main(["--in", str(MMLU_PRO), "--seeds", "0"]) == 2
+
+
+def test_heldout_scores_the_routers_estimate_as_one_call_to_its_first_worker(capsys):
+    import numpy as np
+
+    from baton_policy.evidence import Evidence
+    from baton_trainer.heldout import held_out_split
+
+    code = heldout_main(["--in", str(MMLU_PRO), "--models", ",".join(MODELS), "--by", "question", "--seeds", "1",
+                         "--router", "estimate"])
+    assert code == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    split = result["splits"][0]
+    assert result["router"] == "estimate" and split["calls_per_query"] == 1.0
+    # The same figure by hand: the estimate fitted on the training side, each test question's first worker.
+    header, rows = read_rows(MMLU_PRO)
+    train, test = held_out_split(from_rows(header, rows, models=MODELS), "question", 0, 0.3)
+    pick = Evidence.fit(train, seed=0).chances(test.prompts).argmax(1)
+    want = test.scores[np.arange(len(test)), pick].mean()
+    assert split["policy_accuracy"] == pytest.approx(want, abs=1e-4)

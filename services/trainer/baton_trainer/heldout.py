@@ -6,6 +6,9 @@ that split; one that holds on subjects the policy never saw is one a new deploym
     python -m baton_trainer heldout --in data/routing/mmlu_pro_dev.csv \\
         --models gemini-1.5-pro-002,gemini-1.5-flash-002,Meta-Llama-3_1-70B-Instruct --by eval_name --seeds 5
 
+`--router estimate` scores instead what the LLM conductor is shown (`baton_policy.evidence`): one call to
+the worker whose estimated chance is highest, the question's group hidden as a served request's is.
+
 The best single model is chosen on the test side itself (the strongest a user could have picked in
 hindsight), so the gain is a conservative one.
 """
@@ -17,6 +20,9 @@ import json
 import statistics
 import sys
 
+import numpy as np
+
+from baton_policy.evidence import Evidence
 from baton_policy.matrix import OutcomeMatrix, from_rows, group_key, read_rows
 
 from .replay import run_replay
@@ -33,9 +39,21 @@ def held_out_split(matrix: OutcomeMatrix, by: str, seed: int, test_share: float)
     return matrix.subset(train_rows), matrix.subset(test_rows)
 
 
-def one_split(matrix: OutcomeMatrix, by: str, seed: int, test_share: float, cost_weight: float) -> dict:
+def estimate_first(train: OutcomeMatrix, test: OutcomeMatrix, seed: int) -> dict:
+    """One call per test question, to the worker the estimate fitted on `train` puts first (groups hidden)."""
+    pick = Evidence.fit(train, seed=seed).chances(test.prompts).argmax(1)
+    rows = np.arange(len(test))
+    return {"accuracy": float(test.scores[rows, pick].mean()), "avg_cost": float(test.costs[rows, pick].mean()),
+            "calls_per_query": 1.0}
+
+
+def one_split(matrix: OutcomeMatrix, by: str, seed: int, test_share: float, cost_weight: float,
+              router: str = "policy") -> dict:
     train, test = held_out_split(matrix, by, seed, test_share)
-    result, _, _ = run_replay(train, test, cost_weight=cost_weight, seed=seed)
+    if router == "estimate":
+        result = estimate_first(train, test, seed)
+    else:
+        result, _, _ = run_replay(train, test, cost_weight=cost_weight, seed=seed)
     singles = test.scores.mean(0)
     best = int(singles.argmax())
     return {
@@ -47,14 +65,15 @@ def one_split(matrix: OutcomeMatrix, by: str, seed: int, test_share: float, cost
     }
 
 
-def run(matrix: OutcomeMatrix, *, by: str, seeds: int, test_share: float, cost_weight: float, log=None) -> dict:
+def run(matrix: OutcomeMatrix, *, by: str, seeds: int, test_share: float, cost_weight: float, router: str = "policy",
+        log=None) -> dict:
     splits = []
     for seed in range(seeds):
-        splits.append(one_split(matrix, by, seed, test_share, cost_weight))
+        splits.append(one_split(matrix, by, seed, test_share, cost_weight, router))
         if log:
             log(json.dumps(splits[-1]))
     gains = [s["gain_points"] for s in splits]
-    return {"by": by, "seeds": seeds, "test_share": test_share, "cost_weight": cost_weight, "models": matrix.models,
+    return {"router": router, "by": by, "seeds": seeds, "test_share": test_share, "cost_weight": cost_weight, "models": matrix.models,
             "gain_points_mean": round(statistics.mean(gains), 2),
             "gain_points_sd": round(statistics.stdev(gains), 2) if len(gains) > 1 else 0.0,
             "gain_points_min": min(gains), "gain_points_max": max(gains), "splits": splits}
@@ -69,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--test-share", type=float, default=0.3)
     p.add_argument("--cost-weight", type=float, default=0.0)
+    p.add_argument("--router", choices=("policy", "estimate"), default="policy",
+                   help="the fast policy (default), or one call to the worker the router's estimate puts first")
     args = p.parse_args(argv)
     try:
         header, rows = read_rows(args.src)
@@ -76,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.seeds < 1:
             raise ValueError("--seeds must be at least 1")
         result = run(matrix, by=args.by, seeds=args.seeds, test_share=args.test_share, cost_weight=args.cost_weight,
-                     log=lambda line: print(line, file=sys.stderr, flush=True))
+                     router=args.router, log=lambda line: print(line, file=sys.stderr, flush=True))
     except (OSError, ValueError) as exc:
         print(json.dumps({"error": str(exc)}))
         return 2
