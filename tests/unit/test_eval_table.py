@@ -100,3 +100,30 @@ def test_llm_plans_follow_the_routers_rules_and_copies_of_the_example_are_refuse
     assert row["accuracy"] == pytest.approx(pool.scores[:, 0].mean(), abs=1e-4)
     assert row["own_accuracy"] == pytest.approx(pool.scores[(right + 3) % 4, 0] / 4, abs=1e-4)
     assert row["calls_per_query"] == 1.0
+
+
+def test_with_an_estimate_configured_the_table_scores_its_first_worker_on_the_same_rows(tmp_path):
+    import csv
+
+    from baton_policy.evidence import Evidence
+    from baton_policy.matrix import read_rows
+    from baton_tools.conductor_table import run_table
+
+    header, rows = read_rows(MMLU_PRO)
+    paths = {"train": tmp_path / "train.csv", "test": tmp_path / "test.csv"}
+    for name, part in (("train", rows[:400]), ("test", rows[400:430])):
+        with paths[name].open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=header)
+            writer.writeheader()
+            writer.writerows(part)
+    data = default_config_data()
+    cfg = BatonConfig(**data)
+    estimate = Evidence.fit(pool_matrix(load_matrix(paths["train"]), cfg.workers))
+    data["conductor"]["evidence"] = str(estimate.save(tmp_path / "evidence"))
+    result = run_table(BatonConfig(**data), paths["train"], paths["test"], rows=30, cost_weight=0.0, model=None,
+                       adapters={}, temperature=0.0, untrained=False, log=lambda msg: None)
+    row = result["table"]["router's estimate, first worker"]
+    test = pool_matrix(load_matrix(paths["test"]), cfg.workers)
+    first = [[estimate.workers[j]] for j in estimate.chances(test.prompts).argmax(1)]
+    assert row["accuracy"] == score_plans(test, first)["accuracy"] and row["calls_per_query"] == 1.0
+    assert sum(row["plans"].values()) == pytest.approx(1.0, abs=0.002)

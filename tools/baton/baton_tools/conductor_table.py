@@ -9,7 +9,10 @@ the matrix does not record, such as a local model, is scored wrong at no cost):
 
 - the static plan: `conductor.plan`, the same workflow for every query;
 - the best single worker of the pool, on these rows;
-- the fast policy, trained on TRAIN with cost weight W (`baton eval replay`'s policy, on the pool);
+- the fast policy, trained on TRAIN with cost weight W (`baton eval replay`'s policy, on the pool), which
+  is given each row's group (`eval_name`);
+- with `conductor.evidence` set, the worker the router's estimate puts first (what the LLM conductor is
+  shown, followed blindly; the group is not given, as a served request names none);
 - the LLM conductor untrained (`--model`, else the config's), and once per `--adapter` (a LoRA adapter
   from `baton-trainer warm-start` or `grpo`). Its plans are written by the router's own transformers
   backend, prompt, grammar and all, decoding greedily (`--temperature`); a plan the router would refuse
@@ -157,6 +160,13 @@ def run_table(config: BatonConfig, train_path: Path, test_path: Path, *, rows: i
     replay, _, _ = run_replay(train, test, cost_weight=cost_weight)
     table[f"fast policy (W={cost_weight:g})"] = {k: replay[k] for k in ("accuracy", "avg_cost", "calls_per_query")} | {
         "plans": dict(list(replay["workflow_shares"].items())[:5])}
+    if config.conductor.evidence is not None:
+        from baton_policy.evidence import Evidence
+
+        # What the LLM conductor is shown, followed blindly: the question's group is not given, as served.
+        estimate = Evidence.load(config.conductor.evidence)
+        first = [[estimate.workers[j]] for j in estimate.chances(test.prompts).argmax(1)]
+        table["router's estimate, first worker"] = {**score_plans(test, first), "plans": _shares(first)}
     timing = {}
     llms = [("LLM conductor, untrained", None)] if untrained else []
     for label, adapter in [*llms, *((f"LLM conductor, {k}", v) for k, v in adapters.items())]:
