@@ -101,3 +101,19 @@ def test_the_demo_asks_free_questions_only_where_a_fallback_can_answer_them(writ
     assert all(q["answer"] for q in asked if q["topic"] != "free question"), "matrix questions carry references"
     sims_only = load_config(write_config(data=default_config_data()))
     assert all(q["topic"] != "free question" for q in demo_questions(sims_only, 8))
+
+
+def test_the_demo_knows_what_the_static_plan_would_have_answered_each_graded_question(write_config):
+    import csv
+    import sys
+
+    from baton_tools.demo import demo_questions
+
+    config = load_config(write_config(data=default_config_data()))
+    assert config.conductor.plan.workers[-1] == "gemini-pro"
+    csv.field_size_limit(sys.maxsize)
+    with open(config.worker("gemini-pro").sim.dataset, newline="", encoding="utf-8") as f:
+        pro = {r["prompt"]: r["gemini-1.5-pro-002"] == "1" for r in csv.DictReader(f)}
+    asked = demo_questions(config, 8)
+    assert [q["static_right"] for q in asked] == [pro[q["prompt"]] for q in asked]
+    assert 0 < sum(q["static_right"] for q in asked) < 8  # the demo's questions are not all one way

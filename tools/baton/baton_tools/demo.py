@@ -14,6 +14,7 @@ from pathlib import Path
 import openai
 
 from baton_platform.config import BatonConfig
+from baton_trainer.grpo_data import matrix_column
 
 FREE_QUESTIONS = ("What is the capital of France?", "Name the largest planet of the solar system.",
                   "What is 17 * 23?")
@@ -36,10 +37,22 @@ def demo_questions(config: BatonConfig, count: int, free: int = 2) -> list[dict[
         rows = list(csv.DictReader(f))
     free = min(free, count - 1, len(FREE_QUESTIONS)) if answers_anything else 0
     stride = max(1, len(rows) // (count - free))
+    static = static_column(config, list(rows[0]) if rows else [])
     matrix = [{"prompt": r["prompt"], "answer": r.get("answer", ""), "topic": r.get("eval_name", ""),
-               "eval": f"{eval_set}:{r['sample_id']}" if eval_set and r.get("sample_id") else ""}
+               "eval": f"{eval_set}:{r['sample_id']}" if eval_set and r.get("sample_id") else "",
+               "static_right": r[static] == "1" if static else None}
               for r in rows[::stride][:count - free]]
     return matrix + [{"prompt": q, "answer": "", "topic": "free question"} for q in FREE_QUESTIONS[:free]]
+
+
+def static_column(config: BatonConfig, columns: list[str]) -> str | None:
+    """The matrix column of the static plan's last worker, whose answer the static plan returns: what
+    the static plan would have answered each demo question is read from it. None when not recorded."""
+    plan = config.conductor.plan
+    if plan is None or not plan.workers:
+        return None
+    last = next((w for w in config.workers if w.name == plan.workers[-1]), None)
+    return matrix_column(last, columns) if last is not None and last.sim is not None else None
 
 
 def _letter(text: str) -> str:
@@ -110,8 +123,13 @@ def run_demo(base_url: str, config: BatonConfig, count: int = 8, api_key: str = 
         out(f"    answer: {answer}   ({mark}; {elapsed * 1000:.0f} ms end to end)\n")
     n = len(results)
     graded = sum(1 for q in questions if q["answer"])
+    static = [q["static_right"] for q in questions if q["answer"] and q.get("static_right") is not None]
     summary = {"questions": n, "graded": graded, "right": right, "cost_usd": cost, "calls": calls,
-               "p50_ms": sorted(latencies)[n // 2] * 1000}
+               "p50_ms": sorted(latencies)[n // 2] * 1000,
+               "static_right": sum(static) if len(static) == graded else None}
     out(f"summary: {right}/{graded} with a reference right ({n - graded} free questions), "
         f"{calls / n:.1f} calls per question, ${cost:.6f} in all, median latency {summary['p50_ms']:.0f} ms")
+    if summary["static_right"] is not None:
+        out(f"the static plan ({' > '.join(config.conductor.plan.workers)}) would have answered "
+            f"{summary['static_right']}/{graded} of them right (its last worker's recorded answers)")
     return summary
