@@ -79,8 +79,9 @@ train-conductor: install vllm ## Rebuild the shipped LLM conductor (config/condu
 	$(PY) -m baton_trainer split --in data/routing/mmlu_pro_dev.csv --train $(CONDUCTOR_BUILD)/train.csv \
 		--test $(CONDUCTOR_BUILD)/test.csv --test-share 0.3 --seed 0
 	$(PY) -m baton_trainer warm-start --config config/baton.yaml --matrix $(CONDUCTOR_BUILD)/train.csv \
-		--model $(SMOLLM2) --out $(CONDUCTOR_BUILD)/warm --examples 600 --layers 4 --epochs 2 --seed 0
-	rm -rf config/conductor/adapter && cp -r $(CONDUCTOR_BUILD)/warm/adapter config/conductor/adapter
+		--model $(SMOLLM2) --out $(CONDUCTOR_BUILD)/warm --examples 600 --layers 4 --epochs 2 --seed 0 --evidence
+	rm -rf config/conductor/adapter config/conductor/evidence
+	cp -r $(CONDUCTOR_BUILD)/warm/adapter $(CONDUCTOR_BUILD)/warm/evidence config/conductor/
 	.venv/bin/baton eval table --config config/baton.yaml --train $(CONDUCTOR_BUILD)/train.csv \
 		--test $(CONDUCTOR_BUILD)/test.csv --rows 500 --latency-rows 40 \
 		--adapter warm-start=config/conductor/adapter --report config/conductor/table
