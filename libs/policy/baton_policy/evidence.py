@@ -80,7 +80,7 @@ class Evidence:
 
     def chances(self, prompts: Sequence[str], groups: Sequence[str | None] | None = None) -> np.ndarray:
         """[n, workers] chances in [0, 1], in `workers` order; a missing group is guessed from the text."""
-        given = list(groups) if groups is not None else [None] * len(prompts)
+        given: list[str | None] = list(groups) if groups is not None else [None] * len(prompts)
         missing = [i for i, g in enumerate(given) if not g]
         if missing and self.guess is not None:
             for i, g in zip(missing, self.guess.guess(self.policy, [prompts[i] for i in missing]), strict=True):

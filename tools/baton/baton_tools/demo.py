@@ -10,6 +10,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypedDict
 
 import openai
 
@@ -20,7 +21,19 @@ FREE_QUESTIONS = ("What is the capital of France?", "Name the largest planet of 
                   "What is 17 * 23?")
 
 
-def demo_questions(config: BatonConfig, count: int, free: int = 2) -> list[dict[str, str]]:
+class DemoQuestion(TypedDict):
+    """One demo question: its reference answer ("" for free questions), the topic shown, the
+    evaluation item the reward logger grades it by ("" for none), and whether the static plan's last
+    worker answered it right (None when the matrix does not record it)."""
+
+    prompt: str
+    answer: str
+    topic: str
+    eval: str
+    static_right: bool | None
+
+
+def demo_questions(config: BatonConfig, count: int, free: int = 2) -> list[DemoQuestion]:
     """Questions spread over the first sim worker's matrix (with reference answers when it has them),
     then `free` questions no matrix holds when the sim workers can hand those on: each has a
     `fallback` that is not a sim (a step on a sim worker without one would fail the request).
@@ -28,7 +41,7 @@ def demo_questions(config: BatonConfig, count: int, free: int = 2) -> list[dict[
     sims = [w for w in config.workers if w.sim is not None]
     answers_anything = all(w.fallback and config.worker(w.fallback).sim is None for w in sims)
     if not sims:
-        return [{"prompt": q, "answer": "", "topic": "free question"} for q in FREE_QUESTIONS][:count]
+        return [_free(q) for q in FREE_QUESTIONS][:count]
     dataset = Path(sims[0].sim.dataset)
     # The reward logger grades a question when the config has the matrix as an evaluation set.
     eval_set = next((name for name, s in config.reward_logger.eval_sets.items() if s.path == dataset), None)
@@ -38,11 +51,15 @@ def demo_questions(config: BatonConfig, count: int, free: int = 2) -> list[dict[
     free = min(free, count - 1, len(FREE_QUESTIONS)) if answers_anything else 0
     stride = max(1, len(rows) // (count - free))
     static = static_column(config, list(rows[0]) if rows else [])
-    matrix = [{"prompt": r["prompt"], "answer": r.get("answer", ""), "topic": r.get("eval_name", ""),
-               "eval": f"{eval_set}:{r['sample_id']}" if eval_set and r.get("sample_id") else "",
-               "static_right": r[static] == "1" if static else None}
+    matrix = [DemoQuestion(prompt=r["prompt"], answer=r.get("answer", ""), topic=r.get("eval_name", ""),
+                           eval=f"{eval_set}:{r['sample_id']}" if eval_set and r.get("sample_id") else "",
+                           static_right=r[static] == "1" if static else None)
               for r in rows[::stride][:count - free]]
-    return matrix + [{"prompt": q, "answer": "", "topic": "free question"} for q in FREE_QUESTIONS[:free]]
+    return matrix + [_free(q) for q in FREE_QUESTIONS[:free]]
+
+
+def _free(prompt: str) -> DemoQuestion:
+    return DemoQuestion(prompt=prompt, answer="", topic="free question", eval="", static_right=None)
 
 
 def static_column(config: BatonConfig, columns: list[str]) -> str | None:
@@ -100,7 +117,7 @@ def run_demo(base_url: str, config: BatonConfig, count: int = 8, api_key: str = 
     def ask(q):
         started = time.perf_counter()
         r = client.chat.completions.create(model="baton", messages=[{"role": "user", "content": q["prompt"]}],
-                                           metadata={"baton_eval": q["eval"]} if q.get("eval") else None)
+                                           metadata={"baton_eval": q["eval"]} if q["eval"] else None)
         return q, r, time.perf_counter() - started
 
     with ThreadPoolExecutor(max_workers=4) as pool:
@@ -116,14 +133,14 @@ def run_demo(base_url: str, config: BatonConfig, count: int = 8, api_key: str = 
         calls += info["calls"]
         latencies.append(elapsed)
         prompt = " ".join(q["prompt"].split())
-        out(f"[{i}] {q.get('topic', '')}  {prompt[:110]}{'...' if len(prompt) > 110 else ''}")
+        out(f"[{i}] {q['topic']}  {prompt[:110]}{'...' if len(prompt) > 110 else ''}")
         for line in describe(info):
             out(line)
         mark = ("right" if ok else f"wrong, reference {q['answer']}") if q["answer"] else "no reference"
         out(f"    answer: {answer}   ({mark}; {elapsed * 1000:.0f} ms end to end)\n")
     n = len(results)
     graded = sum(1 for q in questions if q["answer"])
-    static = [q["static_right"] for q in questions if q["answer"] and q.get("static_right") is not None]
+    static = [q["static_right"] for q in questions if q["answer"] and q["static_right"] is not None]
     summary = {"questions": n, "graded": graded, "right": right, "cost_usd": cost, "calls": calls,
                "p50_ms": sorted(latencies)[n // 2] * 1000,
                "static_right": sum(static) if len(static) == graded else None}
