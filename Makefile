@@ -18,7 +18,7 @@ $(UV):
 	$(PYTHON) -m venv .tools/uv
 	.tools/uv/bin/pip install --quiet "uv==$(UV_VERSION)"
 
-.venv/.installed: $(UV) uv.lock pyproject.toml $(wildcard libs/*/pyproject.toml services/*/pyproject.toml) tools/baton/pyproject.toml
+.venv/.installed: $(UV) uv.lock pyproject.toml $(wildcard libs/*/pyproject.toml services/*/pyproject.toml) tools/baton/pyproject.toml tools/eval/pyproject.toml
 	$(UV) sync --locked --all-packages --python $(PYTHON)
 	touch $@
 

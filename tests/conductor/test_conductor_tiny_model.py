@@ -11,9 +11,9 @@ import pytest
 import pytest_asyncio
 
 from baton.v1 import common_pb2, requests_pb2
+from baton_eval.gpu_check import QUESTIONS, WORKERS, build
 from baton_platform.config import BatonConfig
 from baton_router.conductor import build_backend
-from baton_router.conductor.gpu_check import QUESTIONS, WORKERS, build
 from baton_workflow import plan_problems
 
 

@@ -10,10 +10,10 @@ from collections import Counter
 import pytest
 from testbed import DEFAULT_CONFIG, MMLU_PRO
 
+from baton_eval.conductor_table import llm_config, write_plans
 from baton_platform.config import load_config
 from baton_policy.evidence import Evidence
 from baton_policy.matrix import load_matrix
-from baton_tools.conductor_table import llm_config, write_plans
 from baton_trainer.split import split_indices
 
 PER_WORKER = 8

@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 
 from baton.v1 import common_pb2, requests_pb2
+from baton_eval.gpu_check import build_adapter, model_shape
 from baton_platform.config import BatonConfig
-from baton_router.conductor.gpu_check import build_adapter, model_shape
 from baton_router.conductor.vllm_backend import VllmConductor
 from baton_workflow import CONDUCTOR, plan_problems
 

@@ -60,7 +60,7 @@ def router_metric(stack: Stack, line_start: str) -> float:
 
 
 def test_the_router_plans_on_vllm_and_serves_published_lora_versions(kafka_bootstrap, tmp_path):
-    from baton_router.conductor.gpu_check import build_adapter, model_shape
+    from baton_eval.gpu_check import build_adapter, model_shape
     from baton_router.conductor.vllm_backend import default_model
 
     data = default_config_data()

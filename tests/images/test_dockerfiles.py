@@ -22,7 +22,9 @@ TRAINER_IMAGE = DOCKER / "trainer.Dockerfile"
 KAFKA_IMAGE = DOCKER / "kafka.Dockerfile"
 # The images of Baton's own Python packages (the Kafka image carries only Apache Kafka's jars).
 PYTHON_DOCKERFILES = [d for d in DOCKERFILES if d != KAFKA_IMAGE]
-DEV_ONLY = {"baton-tools"}
+# The `baton` application and the offline evaluation (tools/eval, which plans with the router's
+# conductors and depends on the router): for developers, in no image.
+DEV_ONLY = {"baton-tools", "baton-eval"}
 
 
 def hadolint() -> str:
@@ -143,6 +145,14 @@ def test_installed_packages_are_workspace_members_and_not_dev_tools(dockerfile):
     assert not packages & DEV_ONLY, f"{dockerfile.name} installs dev-only packages"
     unknown = packages - set(members())
     assert not unknown, f"{dockerfile.name} installs {sorted(unknown)}, which are not workspace members"
+
+
+def test_no_image_carries_the_offline_evaluation_through_a_dependency():
+    all_members = members()
+    # The stand-in image (docker/build.sh standin) is the services image with PACKAGES=baton-tools.
+    for name, packages in [(d.name, installed_packages(d)) for d in PYTHON_DOCKERFILES] + [("standin", {"baton-tools"})]:
+        carried = set().union(*(workspace_closure(p, all_members) for p in packages & set(all_members)))
+        assert "baton-eval" not in carried, f"{name} would install baton-eval"
 
 
 def test_every_service_has_an_image():

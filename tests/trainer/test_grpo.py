@@ -394,7 +394,7 @@ def table_with_the_adapter(tmp_path, cfg_path, base_dir, adapter) -> None:
     import io
     from contextlib import redirect_stdout
 
-    from baton_tools.conductor_table import main as table_main
+    from baton_eval.conductor_table import main as table_main
 
     header, rows = read_rows(MMLU_PRO)
     train, held_out = rows[:300], rows[300:]

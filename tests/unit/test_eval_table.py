@@ -12,11 +12,11 @@ from testbed import MMLU_PRO, default_config_data
 from baton.v1 import common_pb2, requests_pb2
 from baton_conductor import ConductorOutputError
 from baton_conductor.prompt import EXAMPLE_SUBTASKS
+from baton_eval.conductor_table import llm_row, score_plans
 from baton_platform.config import BatonConfig
 from baton_policy.matrix import load_matrix
 from baton_router.conductor.base import Proposal
 from baton_router.planning import COPIED_EXAMPLE, Planner
-from baton_tools.conductor_table import llm_row, score_plans
 from baton_trainer.grpo_data import outcomes_from_matrix, pool_matrix, query_key
 from baton_workflow import Plan
 
@@ -105,9 +105,9 @@ def test_llm_plans_follow_the_routers_rules_and_copies_of_the_example_are_refuse
 def test_with_an_estimate_configured_the_table_scores_its_first_worker_on_the_same_rows(tmp_path):
     import csv
 
+    from baton_eval.conductor_table import run_table
     from baton_policy.evidence import Evidence
     from baton_policy.matrix import read_rows
-    from baton_tools.conductor_table import run_table
 
     header, rows = read_rows(MMLU_PRO)
     paths = {"train": tmp_path / "train.csv", "test": tmp_path / "test.csv"}

@@ -13,7 +13,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = {p.name: next(p.glob("baton_*")).name for p in (ROOT / "services").iterdir() if (p / "pyproject.toml").exists()}
 LIBS = [p for p in (ROOT / "libs").iterdir() if (p / "pyproject.toml").exists()]
-TOOLS = "baton_tools"
+# The packages under tools/: the `baton` application and the offline evaluation, in no service image.
+TOOLS = {"baton_tools", "baton_eval"}
 
 
 def imported_names(path: Path) -> set[str]:
@@ -39,7 +40,7 @@ def violations(package_dir: Path, forbidden: set[str]) -> list[str]:
 
 
 def test_libraries_import_no_service_and_not_the_tools():
-    forbidden = set(SERVICES.values()) | {TOOLS}
+    forbidden = set(SERVICES.values()) | TOOLS
     found = [v for lib in LIBS for v in violations(lib, forbidden)]
     assert found == []
 
@@ -47,7 +48,7 @@ def test_libraries_import_no_service_and_not_the_tools():
 def test_services_import_no_other_service_and_not_the_tools():
     found = []
     for folder, package in SERVICES.items():
-        forbidden = (set(SERVICES.values()) - {package}) | {TOOLS}
+        forbidden = (set(SERVICES.values()) - {package}) | TOOLS
         found += violations(ROOT / "services" / folder, forbidden)
     assert found == []
 
@@ -217,13 +218,18 @@ def test_the_length_check_sees_a_long_function(tmp_path):
 # -- the router's package ------------------------------------------------------------------------------
 
 ROUTER = "baton_router"
-# Outside services/router, only these may import the router's package, each for the reason given.
+# Outside services/router, only these files, or the files under these folders (ending in /), may import
+# the router's package, each for the reason given.
 MAY_IMPORT_THE_ROUTER = {
     "tools/asyncapi.py",  # builds every service's wiring to document its topics
-    # Plans with the router's conductors offline; it is to move into an evaluation package, which
-    # declares the router as a dependency (issue 31).
-    "tools/baton/baton_tools/conductor_table.py",
+    # Plans with the router's conductors offline; the package declares the router as a dependency.
+    "tools/eval/",
 }
+
+
+def may_import_the_router(relative: str) -> bool:
+    return any(relative == allowed or (allowed.endswith("/") and relative.startswith(allowed))
+               for allowed in MAY_IMPORT_THE_ROUTER)
 
 
 def router_importers(root: Path) -> list[str]:
@@ -240,7 +246,14 @@ def router_importers(root: Path) -> list[str]:
 
 
 def test_only_the_router_imports_its_package():
-    assert sorted(set(router_importers(ROOT)) - MAY_IMPORT_THE_ROUTER) == []
+    assert [f for f in router_importers(ROOT) if not may_import_the_router(f)] == []
+
+
+def test_the_router_may_be_imported_under_an_allowed_folder_only():
+    assert may_import_the_router("tools/eval/baton_eval/gpu_check.py")
+    assert may_import_the_router("tools/asyncapi.py")
+    assert not may_import_the_router("tools/evaluation/x.py")
+    assert not may_import_the_router("tools/baton/baton_tools/conductor_table.py")
 
 
 @pytest.mark.parametrize("where", ["tools/baton/baton_tools/x.py", "libs/workflow/baton_workflow/x.py", "bench/x.py"])

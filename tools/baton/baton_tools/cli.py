@@ -81,7 +81,9 @@ def cmd_train_demo(args) -> int:
 
 def cmd_eval(args) -> int:
     if args.mode == "table":
-        from baton_tools import conductor_table
+        # tools/eval, which the development environment installs; baton-tools does not depend on it, so
+        # the stand-in image (baton-tools alone) holds neither it nor the router.
+        from baton_eval import conductor_table
 
         return conductor_table.main(args.rest)
     from baton_trainer import replay

@@ -3,7 +3,7 @@ how many plans parse and how many pass the planner's validation, and what the pl
 With recursion on, each question is then asked again as an inner call (the conductor named as a
 step) after a one-step workflow answered it: how often the conductor keeps that answer.
 
-    python -m baton_router.conductor.measure --config config/baton.yaml --questions 16 \\
+    python -m baton_eval.measure --config config/baton.yaml --questions 16 \\
         --csv data/routing/mmlu_pro_dev.csv --set transformers.temperature=0.7
 
 Prints one JSON document. Plans are written through `propose`, exactly as the router asks for them.

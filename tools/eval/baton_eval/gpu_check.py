@@ -12,7 +12,7 @@ Two parts, one JSON document:
   model writes nonsense, so what this checks is that structured outputs bound every plan, log-probs
   come back, and adapters are picked per policy and switched live.
 
-    python -m baton_router.conductor.gpu_check [--model DIR] [--concurrency 1,8,64] [--requests 64] \
+    python -m baton_eval.gpu_check [--model DIR] [--concurrency 1,8,64] [--requests 64] \
         [--plumbing] [--out result.json]
 
 It runs on vLLM's CPU build too (slowly): the same code path, the CPU's numbers.
