@@ -22,7 +22,7 @@ from baton_policy.fastpolicy import Policy
 from baton_policy.matrix import OutcomeMatrix, without
 from baton_policy.newcomers import Newcomers
 from baton_policy.templates import Workflow, answer_scores, candidate_workflows, evaluate_workflows
-from baton_trainer.replay import _r
+from baton_trainer.report import rounded
 
 WINDOWS = 10
 
@@ -30,8 +30,8 @@ WINDOWS = 10
 def _figures(scores: np.ndarray, costs: np.ndarray, calls: np.ndarray) -> dict:
     half = len(scores) // 2
     return {
-        "accuracy": _r(scores.mean()), "avg_cost": _r(costs.mean(), 6), "calls_per_query": _r(calls.mean(), 3),
-        "last_half": {"accuracy": _r(scores[half:].mean()), "avg_cost": _r(costs[half:].mean(), 6)},
+        "accuracy": rounded(scores.mean()), "avg_cost": rounded(costs.mean(), 6), "calls_per_query": rounded(calls.mean(), 3),
+        "last_half": {"accuracy": rounded(scores[half:].mean()), "avg_cost": rounded(costs[half:].mean(), 6)},
     }
 
 
@@ -127,7 +127,7 @@ def run_new_worker(train: OutcomeMatrix, test: OutcomeMatrix, name: str, *, cost
 
     with_s, absent_s = ordered(with_series), ordered(absent_series)
     windows = np.array_split(np.arange(n), WINDOWS)
-    share_over_time = [_r((chose[w] >= 0).mean()) for w in windows]
+    share_over_time = [rounded((chose[w] >= 0).mean()) for w in windows]
     reward = scores - cost_weight * costs / absent.cost_scale
     with_reward = with_s[0] - cost_weight * with_s[1] / absent.cost_scale
     regret = np.cumsum(with_reward - reward)
@@ -142,18 +142,18 @@ def run_new_worker(train: OutcomeMatrix, test: OutcomeMatrix, name: str, *, cost
         "stream_seed": stream_seed,
         "n_train": len(train),
         "n_test": n,
-        "price_used": _r(price, 6),
+        "price_used": rounded(price, 6),
         "prior_scale": newcomers.prior_scale,
-        "actions": {a.name: {"workers": list(a.workers), "prior_quality": _r(a.head.prior),
-                             "share": _r((chose == k).mean()),
-                             "share_last_half": _r((chose[half:] == k).mean()), "updates": a.head.updates}
+        "actions": {a.name: {"workers": list(a.workers), "prior_quality": rounded(a.head.prior),
+                             "share": rounded((chose == k).mean()),
+                             "share_last_half": rounded((chose[half:] == k).mean()), "updates": a.head.updates}
                     for k, a in enumerate(actions)},
-        "new_worker_share": _r((chose >= 0).mean()),
+        "new_worker_share": rounded((chose >= 0).mean()),
         "new_worker_share_over_time": share_over_time,
         "with_new_worker_from_start": _figures(*with_s),
         "without_new_worker": _figures(*absent_s),
-        "regret_vs_trained_with": {"total": _r(regret[-1]), "per_query": _r(regret[-1] / n),
-                                   "last_half_per_query": _r((regret[-1] - regret[half - 1]) / (n - half))},
+        "regret_vs_trained_with": {"total": rounded(regret[-1]), "per_query": rounded(regret[-1] / n),
+                                   "last_half_per_query": rounded((regret[-1] - regret[half - 1]) / (n - half))},
     }
     series = {"online": scores, "with": with_s[0], "absent": absent_s[0], "chose": chose, "regret": regret}
     return result, series

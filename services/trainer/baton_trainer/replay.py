@@ -36,12 +36,10 @@ from baton_policy.embeddings import EMBEDDERS
 from baton_policy.fastpolicy import Policy
 from baton_policy.matrix import OutcomeMatrix, load_matrix
 from baton_policy.templates import Outcomes, candidate_workflows, evaluate_workflows
+from baton_trainer.report import rounded
 
 DEFAULT_FRONTIER = (0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0)
 
-
-def _r(x: float, nd: int = 4) -> float:
-    return float(round(float(x), nd))
 
 
 def policy_point(policy: Policy, quality: np.ndarray, outcomes: Outcomes, cost_weight: float) -> dict:
@@ -52,17 +50,17 @@ def policy_point(policy: Policy, quality: np.ndarray, outcomes: Outcomes, cost_w
     shares = Counter(names[a] for a in pick)
     return {
         "cost_weight": cost_weight,
-        "accuracy": _r(outcomes.scores[rows, pick].mean()),
-        "avg_cost": _r(outcomes.costs[rows, pick].mean(), 6),
-        "calls_per_query": _r(outcomes.calls[rows, pick].mean(), 3),
-        "avg_reward": _r((outcomes.scores[rows, pick] - cost_weight * outcomes.costs[rows, pick] / policy.cost_scale).mean()),
-        "workflow_shares": {k: _r(v / len(pick)) for k, v in shares.most_common()},
+        "accuracy": rounded(outcomes.scores[rows, pick].mean()),
+        "avg_cost": rounded(outcomes.costs[rows, pick].mean(), 6),
+        "calls_per_query": rounded(outcomes.calls[rows, pick].mean(), 3),
+        "avg_reward": rounded((outcomes.scores[rows, pick] - cost_weight * outcomes.costs[rows, pick] / policy.cost_scale).mean()),
+        "workflow_shares": {k: rounded(v / len(pick)) for k, v in shares.most_common()},
     }
 
 
 def single_model_table(test: OutcomeMatrix) -> dict[str, dict]:
     return {
-        m: {"accuracy": _r(test.scores[:, j].mean()), "avg_cost": _r(test.costs[:, j].mean(), 6), "calls_per_query": 1.0}
+        m: {"accuracy": rounded(test.scores[:, j].mean()), "avg_cost": rounded(test.costs[:, j].mean(), 6), "calls_per_query": 1.0}
         for j, m in enumerate(test.models)
     }
 
@@ -74,8 +72,8 @@ def oracle_point(test: OutcomeMatrix) -> dict:
     pick = masked_cost.argmin(1)
     rows = np.arange(len(test))
     return {
-        "accuracy": _r(test.scores[rows, pick].mean()),
-        "avg_cost": _r(test.costs[rows, pick].mean(), 6),
+        "accuracy": rounded(test.scores[rows, pick].mean()),
+        "avg_cost": rounded(test.costs[rows, pick].mean(), 6),
         "calls_per_query": 1.0,
         "note": "per query, the cheapest single model with the best score",
     }
@@ -109,17 +107,17 @@ def escalation_curve(
     curve = []
     for share in (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0):
         j = int(round(share * n))
-        curve.append({"share_strong": share, "accuracy": _r(acc[j])})
+        curve.append({"share_strong": share, "accuracy": rounded(acc[j])})
     alt_names = Counter(names[a] for a in alt)
     return {
         "strong": strong,
-        "strong_accuracy": _r(strong_acc),
+        "strong_accuracy": rounded(strong_acc),
         "target_fraction": target,
-        "target_accuracy": _r(goal),
-        "share_needed": _r(needed / n) if needed is not None else None,
-        "threshold_margin": _r(margin[order[needed - 1]]) if needed else None,
+        "target_accuracy": rounded(goal),
+        "share_needed": rounded(needed / n) if needed is not None else None,
+        "threshold_margin": rounded(margin[order[needed - 1]]) if needed else None,
         "alternatives": dict(alt_names.most_common()),
-        "random_routing_share_needed": _r(_random_share(strong_scores, alt_scores, goal)),
+        "random_routing_share_needed": rounded(_random_share(strong_scores, alt_scores, goal)),
         "curve": curve,
     }
 
@@ -182,20 +180,20 @@ def run_replay(
         "avg_reward": main_point["avg_reward"],
         "cost_weight": cost_weight,
         "cost_source": test.cost_description(),
-        "cost_scale": _r(policy.cost_scale, 6),
+        "cost_scale": rounded(policy.cost_scale, 6),
         "n_train": len(train),
         "n_test": len(test),
         "best_single": {"model": best_model, **models[best_model]},
         "oracle": oracle_point(test),
-        "accuracy_gain_vs_best_single": _r(main_point["accuracy"] - models[best_model]["accuracy"]),
+        "accuracy_gain_vs_best_single": rounded(main_point["accuracy"] - models[best_model]["accuracy"]),
         "workflow_shares": main_point["workflow_shares"],
         "workflows": {
             w.name: {
                 "kind": w.kind,
                 "workers": list(w.workers),
-                "accuracy": _r(outcomes.scores[:, a].mean()),
-                "avg_cost": _r(outcomes.costs[:, a].mean(), 6),
-                "calls_per_query": _r(outcomes.calls[:, a].mean(), 3),
+                "accuracy": rounded(outcomes.scores[:, a].mean()),
+                "avg_cost": rounded(outcomes.costs[:, a].mean(), 6),
+                "calls_per_query": rounded(outcomes.calls[:, a].mean(), 3),
             }
             for a, w in enumerate(policy.workflows)
             if w.kind != "single"
@@ -207,7 +205,7 @@ def run_replay(
         "value_trust": policy.trust,
         "escalation": escalation_curve(policy, quality, outcomes, strong, quality_target),
         "frontier": [policy_point(policy, quality, outcomes, w) for w in sorted(set(frontier) | {cost_weight})],
-        "timing_s": {"train": _r(train_s, 2), "evaluate": _r(time.monotonic() - t1, 2)},
+        "timing_s": {"train": rounded(train_s, 2), "evaluate": rounded(time.monotonic() - t1, 2)},
     }
     for p in result["frontier"]:
         p.pop("workflow_shares", None)

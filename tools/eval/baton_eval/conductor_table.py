@@ -46,11 +46,8 @@ from baton_platform.config import BatonConfig, ConfigError, load_config
 from baton_router.conductor import build_backend
 from baton_router.conductor.common import ConductorUnavailable
 from baton_router.planning import COPIED_EXAMPLE, Planner, PlanResult
+from baton_trainer.report import rounded
 from baton_workflow import CONDUCTOR
-
-
-def _r(x: float | np.floating, nd: int = 4) -> float:
-    return float(round(float(x), nd))
 
 
 def score_plans(pool, plans: Sequence[Sequence[str]], wrong: Sequence[bool] | None = None) -> dict:
@@ -68,13 +65,13 @@ def score_plans(pool, plans: Sequence[Sequence[str]], wrong: Sequence[bool] | No
         scores.append(pool.scores[i, last] if last is not None and not (wrong and wrong[i]) else 0.0)
         costs.append(sum(pool.costs[i, column[w]] for w in ran if w in column))
         calls.append(len(ran))
-    return {"accuracy": _r(np.mean(scores)), "avg_cost": _r(np.mean(costs), 6),
-            "calls_per_query": _r(np.mean(calls), 3)}
+    return {"accuracy": rounded(np.mean(scores)), "avg_cost": rounded(np.mean(costs), 6),
+            "calls_per_query": rounded(np.mean(calls), 3)}
 
 
 def _shares(plans: Sequence[Sequence[str]], top: int = 5) -> dict[str, float]:
     counts = Counter(" > ".join(p) for p in plans)
-    return {k: _r(v / len(plans), 3) for k, v in counts.most_common(top)}
+    return {k: rounded(v / len(plans), 3) for k, v in counts.most_common(top)}
 
 
 def llm_config(config: BatonConfig, *, model: Path | None, adapter: Path | None, temperature: float) -> BatonConfig:
@@ -121,7 +118,7 @@ def latency(seconds: Sequence[float]) -> dict:
         return {}
     ordered = sorted(seconds)
     rank = lambda q: ordered[min(len(ordered) - 1, max(0, int(np.ceil(q * len(ordered))) - 1))]  # noqa: E731
-    return {"plan_ms_p50": _r(rank(0.5) * 1000, 1), "plan_ms_p99": _r(rank(0.99) * 1000, 1)}
+    return {"plan_ms_p50": rounded(rank(0.5) * 1000, 1), "plan_ms_p99": rounded(rank(0.99) * 1000, 1)}
 
 
 def llm_row(pool, results: Sequence[PlanResult]) -> dict:
@@ -130,7 +127,7 @@ def llm_row(pool, results: Sequence[PlanResult]) -> dict:
     copied = [COPIED_EXAMPLE in r.plan.invalid_reason for r in results]
     n = len(results)
     return {**score_plans(pool, plans), "own_accuracy": score_plans(pool, plans, wrong=[not v for v in valid])["accuracy"],
-            "valid_share": _r(sum(valid) / n, 3), "copied_example": _r(sum(copied) / n, 3), "plans": _shares(plans)}
+            "valid_share": rounded(sum(valid) / n, 3), "copied_example": rounded(sum(copied) / n, 3), "plans": _shares(plans)}
 
 
 def run_table(config: BatonConfig, train_path: Path, test_path: Path, *, rows: int, cost_weight: float,
@@ -174,7 +171,7 @@ def run_table(config: BatonConfig, train_path: Path, test_path: Path, *, rows: i
         llm = llm_config(config, model=model, adapter=adapter, temperature=temperature)
         results, seconds, alone = asyncio.run(write_plans(llm, test.prompts, latency_rows))
         table[label] = llm_row(test, results) | latency(alone)
-        timing[label] = _r(seconds, 1)
+        timing[label] = rounded(seconds, 1)
     return {"rows": n, "test": str(test_path), "train": str(train_path), "pool": test.models,
             "cost_source": "USD per query, each call priced with the worker's configured prices",
             "temperature": temperature, "table": table, "frontier": replay["frontier"],
