@@ -1,6 +1,6 @@
 """The synthesizer's workflow consumer, run in memory and on the real broker: a plan's steps are
 dispatched in order, each with what its access list names, and the answer goes to the partition of
-baton.responses that the asking gateway reads. (Restarts mid-workflow: tests/integration.)"""
+baton.responses that the asking gateway reads. (Restarts mid-workflow: test_synthesizer_kafka.py.)"""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The router's planner: fallbacks, unparseable plans and the recursion limit (its consumers are
-tested in tests/consumers)."""
+tested in test_router_consumer.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The synthesizer on a real broker across restarts: each scenario needs a partition re-read from the
 group's committed offsets, which the in-memory broker does not keep (its consumer scenarios run on
-both brokers in tests/consumers/test_synthesizer.py)."""
+both brokers in test_synthesizer_consumer.py)."""
 
 from __future__ import annotations
 

@@ -61,7 +61,7 @@ def history_read_to(w: SynthesizerWiring, end: int) -> None:
     w.consumer.end_offset = lambda tp: end
 
 
-# A restart's replay staged record by record (end offset, answered check): the real one is in tests/integration.
+# A restart's replay staged record by record (end offset, answered check): the real one is in test_synthesizer_kafka.py.
 async def test_a_replayed_workflow_past_its_deadline_is_not_failed_before_its_results_are_read(write_config):
     async with wiring(write_config) as (w, responses, service):
         w.answered = _none_answered
@@ -78,7 +78,7 @@ async def test_a_replayed_workflow_past_its_deadline_is_not_failed_before_its_re
     assert response.WhichOneof("outcome") == "answer" and response.answer == "ANSWER", response
 
 
-# A restart's replay staged record by record (end offset, answered check): the real one is in tests/integration.
+# A restart's replay staged record by record (end offset, answered check): the real one is in test_synthesizer_kafka.py.
 async def test_a_workflow_answered_before_the_crash_is_not_answered_again(write_config):
     async def answered(runs):
         return {r.request.request_id for r in runs}

@@ -2,7 +2,7 @@
 not out when its partition moves, and a task still waiting for its turn must never let the partition
 commit past a task whose result is not out. Each revokes a partition while a call is held at a chosen
 point, which no broker stages on cue: they drive the consumer's rebalance listener with records at
-chosen offsets. (Refused results and executor errors run on both brokers: tests/consumers.)"""
+chosen offsets. (Refused results and executor errors run on both brokers: test_executor_consumer.py.)"""
 
 from __future__ import annotations
 

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import pyarrow.dataset as ds
+from reward_logger.test_episodes import record
 from s3fs import S3FileSystem
-from unit.test_episodes import record
 
 from baton_reward_logger.episodes import EPISODE_SCHEMA, DatasetWriter
 from baton_trainer.cluster import count_episodes
