@@ -1,6 +1,6 @@
 """What the chaos suite (tests/e2e/test_chaos.py) demands of every request it sent, as a function of
 what it saw, so that a planted loss or duplicate can show each check failing
-(tests/unit/test_chaos_checks.py)."""
+(tests/tools/test_chaos_checks.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Shared fixtures (a real Kafka broker for the tiers that need one, the consumer tests' bus, config
-files built per test) and the tier markers, applied here so that `-m "not kafka and not e2e and not
-vllm"` (`make test-fast`) means no broker, no service processes and no vLLM engine."""
+files built per test) and the tier markers. Tests are filed by subject (gateway/, router/, platform/,
+...), so a test's tier is not its folder: it is a marker, applied here, so that `-m "not kafka and not
+e2e and not vllm"` (`make test-fast`) means no broker, no service processes and no vLLM engine."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ from testbed import BUSES, Bus, default_config_data
 # The S3 server's fixtures (s3_server, s3_url), for every test that asks for one.
 pytest_plugins = ["moto_s3"]
 
-# Tiers by where a test lives...
-DIRECTORY_TIERS = {"integration": ("kafka",), "e2e": ("e2e", "kafka")}
-# ...by what it uses...
+# Tiers by where a test lives (e2e/ runs the whole system, every service its own process)...
+DIRECTORY_TIERS = {"e2e": ("e2e", "kafka")}
+# ...by what it uses (a subject's tests on the real broker ask for it)...
 FIXTURE_TIERS = {"kafka_bootstrap": ("kafka",)}
-# ...and, for the few that need the vLLM environment or take minutes, by module.
+# ...and by module: the Kafka harness's own tests (brokers of their own, no kafka_bootstrap), and the few
+# that need the vLLM environment or take minutes.
 MODULE_TIERS = {
     "conductor/test_conductor_transformers.py": ("slow",),
     "conductor/test_conductor_vllm_engine.py": ("vllm", "slow"),
@@ -27,6 +29,7 @@ MODULE_TIERS = {
     "e2e/test_llm_conductor.py": ("slow",),
     "e2e/test_local_model.py": ("vllm", "slow"),
     "e2e/test_vllm_conductor.py": ("vllm", "slow"),
+    "tools/test_kafka_harness.py": ("kafka",),
 }
 TESTS = Path(__file__).resolve().parent
 

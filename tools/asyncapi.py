@@ -1,7 +1,7 @@
 """Writes docs/asyncapi.yaml: the suite's message flow, as FastStream documents each service's wiring
 (its consumers and declared publishers) built from the default configuration.
 
-    python tools/asyncapi.py [PATH]     (`make docs`; tests/unit/test_asyncapi.py checks it is current)
+    python tools/asyncapi.py [PATH]     (`make docs`; tests/repo/test_asyncapi.py checks it is current)
 """
 
 from __future__ import annotations

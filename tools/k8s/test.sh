@@ -12,7 +12,7 @@ trap 'log "k8s-test took $((SECONDS - started))s"; "$HERE/down.sh" || exit 1' EX
 # The Kafka image the cluster runs also serves the test harness's testcontainers path (through podman's
 # Docker-compatible API); `make test` skips that test where the image is not built yet.
 BATON_REQUIRE_PODMAN=1 "$ROOT/.venv/bin/python" -m pytest \
-  "$ROOT/tests/integration/test_kafka_harness.py::test_kafka_for_tests_runs_the_broker_image_through_testcontainers" \
+  "$ROOT/tests/tools/test_kafka_harness.py::test_kafka_for_tests_runs_the_broker_image_through_testcontainers" \
   -p no:cacheprovider -q
 "$HERE/up.sh"
 "$ROOT/.venv/bin/python" -m pytest "$ROOT/tests/k8s" -p no:cacheprovider -q -s "$@"

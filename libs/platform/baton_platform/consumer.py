@@ -28,7 +28,7 @@ goes in the record's `traceparent` header: one trace follows a request through e
 Trace context is propagated here rather than by FastStream's telemetry middleware, which built
 several objects and often an extra span per record, and parented a handler's sends on the upstream
 producer instead of the handler's span. A whole service in a dozen lines is the example in
-`libs/platform/README.md` (run as written by `tests/consumers/test_consumer.py`).
+`libs/platform/README.md` (run as written by `tests/platform/test_consumer.py`).
 """
 
 from __future__ import annotations
