@@ -49,10 +49,10 @@ lint: install ## ruff (lint and import order) and mypy (types), configured in py
 	.venv/bin/ruff check .
 	.venv/bin/mypy
 
-test: install kafka helm vllm promtool lint ## ruff and mypy, then the whole suite: unit, component, integration, e2e (starts its own Kafka) and the chart
+test: install kafka helm vllm promtool lint ## ruff and mypy, then the whole suite: every tier, in memory to e2e (starts its own Kafka), and the chart
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-fast: install ## Tests without a broker, service processes or the vLLM engine (unit, component, in-memory consumers)
+test-fast: install ## Tests without a broker, service processes or the vLLM engine (the tiers are markers: tests/conftest.py)
 	$(PY) -m pytest -m "not kafka and not e2e and not vllm" $(PYTEST_ARGS)
 
 chaos: install kafka ## Kill -9 and restart each service, then the broker, under load; print a table per fault (~2-4 min; also in `make test`)
