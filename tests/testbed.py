@@ -6,6 +6,7 @@ import contextlib
 import csv
 import sys
 import time
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 import yaml
@@ -69,15 +70,38 @@ def default_config_data(local_model_port: int | None = None) -> dict:
     return data
 
 
-def episode_of(dataset_dir: Path, request_id: str) -> dict | None:
-    """The episode row of one request in a stack's dataset, or None while it is not written yet."""
+def episodes(dataset_dir: Path, request_ids: Collection[str] | None = None,
+             columns: Sequence[str] | None = None) -> list[dict]:
+    """The episode rows in a stack's dataset (`Stack.dataset_dir`), only those of `request_ids` when given,
+    with only `columns` (and request_id) when given; [] while none is written."""
     import pyarrow.dataset as ds
 
+    root = Path(dataset_dir) / "episodes"
+    wanted = None if columns is None else sorted({*columns, "request_id"})
     try:
-        rows = ds.dataset(Path(dataset_dir) / "episodes", format="parquet", partitioning="hive").to_table().to_pylist()
-    except (FileNotFoundError, ValueError):
-        return None
-    return next((r for r in rows if r["request_id"] == request_id), None)
+        rows = ds.dataset(root, format="parquet", partitioning="hive").to_table(columns=wanted).to_pylist()
+    except (FileNotFoundError, ValueError):  # no folder yet, or no file in it (pyarrow's errors are ValueErrors)
+        return []
+    return rows if request_ids is None else [r for r in rows if r["request_id"] in request_ids]
+
+
+def wait_for_episodes(dataset_dir: Path, want: int | Collection[str], timeout: float = 60,
+                      columns: Sequence[str] | None = None) -> list[dict]:
+    """`episodes` once `want` are written (a number of rows, or the rows of these request ids: a stack on
+    the session's shared broker may log other tests' leftovers too), or as they stand after `timeout`."""
+    ids = None if isinstance(want, int) else set(want)
+    count = want if isinstance(want, int) else len(want)
+    deadline = time.monotonic() + timeout
+    while True:
+        rows = episodes(dataset_dir, ids, columns)
+        if len(rows) >= count or time.monotonic() >= deadline:
+            return rows
+        time.sleep(0.3)
+
+
+def episode_of(dataset_dir: Path, request_id: str) -> dict | None:
+    """The episode row of one request in a stack's dataset, or None while it is not written yet."""
+    return next(iter(episodes(dataset_dir, {request_id})), None)
 
 
 def dataset_rows(root: str) -> list[dict]:
@@ -105,16 +129,19 @@ def sandbox_available() -> bool:
 
 
 @contextlib.contextmanager
-def running_stack(data: dict, run_dir: Path, bootstrap_servers: str):
+def running_stack(data: dict, run_dir: Path, bootstrap_servers: str, *, env: dict[str, str] | None = None,
+                  start_timeout: float = 180):
     """Every service of `data`'s configuration as its own process on the given broker, the gateway on a
-    free port; stopped however the block ends."""
+    free port, `env` added to each process's environment; the config is written to `stack.config_file`
+    in `run_dir`. Stopped however the block ends."""
     from baton_tools.procs import free_port
     from baton_tools.stack import Stack
 
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
     cfg = Path(run_dir) / "baton.yaml"
     cfg.write_text(yaml.safe_dump(data))
-    stack = Stack(run_dir, config_file=cfg, gateway_port=free_port(), bootstrap_servers=bootstrap_servers)
-    stack.start(echo=lambda *_: None)
+    stack = Stack(run_dir, config_file=cfg, gateway_port=free_port(), bootstrap_servers=bootstrap_servers, env=env)
+    stack.start(echo=lambda *_: None, timeout=start_timeout)
     try:
         yield stack
     finally:

@@ -14,12 +14,10 @@ import openai
 import pyarrow.dataset as ds
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from testbed import default_config_data, episode_of, first_question, wait_for
+from testbed import default_config_data, episode_of, first_question, running_stack, wait_for, wait_for_episodes
 
 from baton_platform import topics
 from baton_platform.apikeys import hash_key
-from baton_tools.procs import free_port
-from baton_tools.stack import Stack
 from baton_tools.standins.server import run_standin
 from e2e.otlp import OtlpReceiver
 
@@ -60,19 +58,15 @@ def stack(kafka_bootstrap, standin, tmp_path_factory):
     (run_dir / "checks.csv").write_text("id,grader,reference\n"
                                         f"draft-check,regex,{DRAFT_CHECK}\n")
     data["reward_logger"]["eval_sets"]["checks"] = {"path": "checks.csv"}
-    cfg = run_dir / "baton.yaml"
-    import yaml
-
-    cfg.write_text(yaml.safe_dump(data))
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
            "OTEL_BSP_SCHEDULE_DELAY": "200", "BATON_API_KEYS": f"others:{hash_key('other-key')}",
            "LOCAL_LLM_KEY": PROVIDER_KEY}
-    st = Stack(run_dir, config_file=cfg, gateway_port=free_port(), bootstrap_servers=kafka_bootstrap, env=env)
-    st.start(echo=lambda *_: None)
-    st.receiver = receiver
-    yield st
-    st.stop()
-    receiver.close()
+    try:
+        with running_stack(data, run_dir, kafka_bootstrap, env=env) as st:
+            st.receiver = receiver
+            yield st
+    finally:
+        receiver.close()
 
 
 @pytest.fixture
@@ -344,17 +338,9 @@ def test_a_client_cannot_choose_its_grader_or_run_code_through_it(stack, client,
         model="baton", messages=[{"role": "user", "content": first_question()["prompt"]}],
         metadata={"baton_eval": "checks:draft-check"})
 
-    def episodes():
-        try:
-            rows = ds.dataset(stack.dataset_dir / "episodes", format="parquet", partitioning="hive").to_table().to_pylist()
-        except (FileNotFoundError, ValueError):
-            return None
-        found = {r["request_id"]: r for r in rows if r["request_id"] in (request_id, ordinary.id.removeprefix("chatcmpl-"),
-                                                                         ordinary.model_extra["baton"]["request_id"])}
-        return found if len(found) == 2 else None
-
-    found = wait_for(episodes, 30)
-    assert found, "both episodes were logged"
+    ids = {request_id, ordinary.model_extra["baton"]["request_id"]}
+    found = {r["request_id"]: r for r in wait_for_episodes(stack.dataset_dir, ids, 30)}
+    assert found.keys() == ids, "both episodes were logged"
     attacked = found[request_id]
     assert (attacked["grader"], attacked["reference"], attacked["quality"], attacked["reward"]) == (None, None, None, None)
     assert "ignored" in attacked["reward_detail"]

@@ -2,29 +2,18 @@
 
 from __future__ import annotations
 
-import time
-
 import openai
-import pyarrow.dataset as ds
-import yaml
-from testbed import default_config_data
-
-from baton_tools.procs import free_port
-from baton_tools.stack import Stack
+from testbed import dataset_rows, default_config_data, running_stack, wait_for, wait_for_episodes
 
 
-def exploring_stack(kafka_bootstrap, tmp_path, **sections) -> Stack:
+def exploring_stack(kafka_bootstrap, tmp_path, **sections):
     """Every service as a process, every request explored by a group of three candidates."""
     data = default_config_data()
     data["router"] = {"explore_share": 1.0, "explore_group_size": 3}
     data["kafka"] = {"partitions": 4, "session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
     data["reward_logger"] = {**data.get("reward_logger", {}), "flush_interval_s": 0.5}
     data.update(sections)
-    cfg = tmp_path / "baton.yaml"
-    cfg.write_text(yaml.safe_dump(data))
-    stack = Stack(tmp_path / "run", config_file=cfg, gateway_port=free_port(), bootstrap_servers=kafka_bootstrap)
-    stack.start(echo=lambda *_: None)
-    return stack
+    return running_stack(data, tmp_path / "run", kafka_bootstrap)
 
 
 def test_an_explored_request_answers_once_and_logs_its_whole_group(kafka_bootstrap, tmp_path):
@@ -37,27 +26,15 @@ def test_an_explored_request_answers_once_and_logs_its_whole_group(kafka_bootstr
     with MMLU_PRO.open(newline="") as f:
         # A question the sim workers' matrix holds: one it lacks fails its step (no local model here).
         prompt = next(csv.DictReader(f))["prompt"]
-    stack = exploring_stack(kafka_bootstrap, tmp_path)
-    try:
+    with exploring_stack(kafka_bootstrap, tmp_path) as stack:
         client = openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0, timeout=60)
         raw = client.chat.completions.with_raw_response.create(
             model="baton", messages=[{"role": "user", "content": prompt}])
         rid = raw.headers["x-baton-request-id"]
         assert raw.parse().choices[0].message.content
 
-        def group():
-            root = stack.dataset_dir / "episodes"
-            if not any(root.rglob("*.parquet")):
-                return []
-            rows = ds.dataset(root, format="parquet", partitioning="hive").to_table().to_pylist()
-            return sorted((r for r in rows if r["group_id"] == rid), key=lambda r: r["candidate"])
-
-        deadline = time.monotonic() + 30
-        while len(group()) < 3 and time.monotonic() < deadline:
-            time.sleep(0.3)
-        rows = group()
-    finally:
-        stack.stop()
+        group = wait_for_episodes(stack.dataset_dir, {rid, f"{rid}.1", f"{rid}.2"}, 30)
+    rows = sorted(group, key=lambda r: r["candidate"])
     assert [(r["request_id"], r["candidate"], r["group_size"]) for r in rows] == [
         (rid, 0, 3), (f"{rid}.1", 1, 3), (f"{rid}.2", 2, 3)]
     assert all(r["plan_propensity"] == 1.0 for r in rows), "the static conductor's plan is certain"
@@ -75,9 +52,8 @@ def test_the_judge_chooses_the_answer_of_a_group_and_its_scores_are_logged(kafka
         # A question the judge's model answered right: its scores then say which candidates are right.
         row = next(r for r in csv.DictReader(f) if r["gemini-1.5-pro-002|answer"] == r["answer"])
     # Before any training the policy conductor picks a uniformly random worker per candidate.
-    stack = exploring_stack(kafka_bootstrap, tmp_path, conductor={"backend": "policy"},
-                            synthesizer={"group_answer": "judge"}, judge={"worker": "gemini-pro"})
-    try:
+    with exploring_stack(kafka_bootstrap, tmp_path, conductor={"backend": "policy"},
+                         synthesizer={"group_answer": "judge"}, judge={"worker": "gemini-pro"}) as stack:
         client = openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0, timeout=60)
         completion = client.chat.completions.create(
             model="baton", messages=[{"role": "user", "content": row["prompt"]}],
@@ -85,23 +61,14 @@ def test_the_judge_chooses_the_answer_of_a_group_and_its_scores_are_logged(kafka
         rid = completion.model_extra["baton"]["request_id"]
         judge = completion.model_extra["baton"]["judge"]
 
-        def logged():
-            out = {}
-            for name in ("episodes", "feedback"):
-                root = stack.dataset_dir / name
-                out[name] = (ds.dataset(root, format="parquet", partitioning="hive").to_table().to_pylist()
-                             if any(root.rglob("*.parquet")) else [])
-            return out
+        group = wait_for_episodes(stack.dataset_dir, {rid, f"{rid}.1", f"{rid}.2"}, 30)
 
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            seen = logged()
-            if len([r for r in seen["episodes"] if r["group_id"] == rid]) == 3 and len(seen["feedback"]) == 3:
-                break
-            time.sleep(0.3)
-    finally:
-        stack.stop()
-    episodes = {r["request_id"]: r for r in seen["episodes"] if r["group_id"] == rid}
+        def feedback_rows():
+            rows = dataset_rows(str(stack.dataset_dir / "feedback"))
+            return rows if len(rows) >= 3 else None
+
+        feedback = wait_for(feedback_rows, 30) or []
+    episodes = {r["request_id"]: r for r in group}
     assert judge["candidates"] == [rid, f"{rid}.1", f"{rid}.2"] and len(judge["scores"]) == 3
     own = {i: json.loads(episodes[i]["judge_json"])["own_answer"] if i == rid else episodes[i]["answer"]
            for i in judge["candidates"]}
@@ -109,5 +76,4 @@ def test_the_judge_chooses_the_answer_of_a_group_and_its_scores_are_logged(kafka
     assert [episodes[i]["quality"] for i in judge["candidates"]] == judge["scores"]
     assert judge["chosen"] == max(range(3), key=lambda k: (judge["scores"][k], -k))
     assert completion.choices[0].message.content == own[judge["candidates"][judge["chosen"]]]
-    feedback = {(r["response_id"], r["score"], r["source"]) for r in seen["feedback"]}
-    assert feedback == {(i, s, "judge") for i, s in zip(judge["candidates"], judge["scores"])}
+    assert {(r["response_id"], r["score"], r["source"]) for r in feedback} == {(i, s, "judge") for i, s in zip(judge["candidates"], judge["scores"])}

@@ -12,18 +12,15 @@ import time
 
 import httpx
 import openai
-import pyarrow.dataset as ds
 import pytest
 import schemathesis
-import yaml
 from hypothesis import HealthCheck, Phase, given, settings
 from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import positive_data_acceptance
-from testbed import default_config_data
+from testbed import default_config_data, episode_of, episodes, running_stack, wait_for
 
 from baton_platform.apikeys import hash_key, mint_key
-from baton_tools.procs import alive, free_port
-from baton_tools.stack import Stack
+from baton_tools.procs import alive
 from baton_tools.standins.server import run_standin
 from e2e.otlp import OtlpReceiver
 
@@ -62,18 +59,15 @@ def stack(kafka_bootstrap, standin, tmp_path_factory):
         {"name": "broke", "budget_usd": 1e-9, "keys": [{"sha256": hash_key(BROKE_KEY)}]},
         {"name": "reviewers"},  # its key comes from the environment, as the chart's Secret gives it
     ]
-    run_dir = tmp_path_factory.mktemp("contract")
-    cfg = run_dir / "baton.yaml"
-    cfg.write_text(yaml.safe_dump(data))
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
            "OTEL_BSP_SCHEDULE_DELAY": "200", "LOCAL_LLM_KEY": PROVIDER_KEY,
            "BATON_API_KEYS": f"reviewers:{hash_key(FEEDBACK_KEY)}:feedback"}
-    st = Stack(run_dir, config_file=cfg, gateway_port=free_port(), bootstrap_servers=kafka_bootstrap, env=env)
-    st.start(echo=lambda *_: None)
-    st.receiver = receiver
-    yield st
-    st.stop()
-    receiver.close()
+    try:
+        with running_stack(data, tmp_path_factory.mktemp("contract"), kafka_bootstrap, env=env) as st:
+            st.receiver = receiver
+            yield st
+    finally:
+        receiver.close()
 
 
 def client(stack, key=FUZZ_KEY):
@@ -82,22 +76,6 @@ def client(stack, key=FUZZ_KEY):
 
 def ask(c, model="baton", content="What is 2+2?", **kw):
     return c.chat.completions.create(model=model, messages=[{"role": "user", "content": content}], **kw)
-
-
-def episodes(stack) -> list[dict]:
-    try:
-        return ds.dataset(stack.dataset_dir / "episodes", format="parquet", partitioning="hive").to_table().to_pylist()
-    except (FileNotFoundError, ValueError):
-        return []
-
-
-def wait_for(predicate, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.3)
-    return predicate()
 
 
 def test_openai_client_raises_the_matching_exception_for_each_error(stack):
@@ -233,7 +211,7 @@ def test_after_the_fuzz_the_stack_answers_and_no_key_shows_anywhere(stack):
     raw = client(stack).chat.completions.with_raw_response.create(
         model="baton", messages=[{"role": "user", "content": "Still answering?"}])
     request_id = raw.headers["x-baton-request-id"]
-    ep = wait_for(lambda: next((r for r in episodes(stack) if r["request_id"] == request_id), None))
+    ep = wait_for(lambda: episode_of(stack.dataset_dir, request_id))
     assert ep is not None and ep["answer"] == raw.parse().choices[0].message.content
     assert ep["tenant"] == "fuzz"
     metrics = httpx.get(stack.base_url.removesuffix("/v1") + "/metrics").text
@@ -243,7 +221,7 @@ def test_after_the_fuzz_the_stack_answers_and_no_key_shows_anywhere(stack):
     time.sleep(1)  # the services' span exporters flush every 200 ms
     logs = "".join(p.read_text(errors="replace") for p in (stack.run_dir / "logs").glob("*.log"))
     spans = json.dumps([{k: str(v) for k, v in s.items()} for s in stack.receiver.spans])
-    rows = json.dumps(episodes(stack), default=str)
+    rows = json.dumps(episodes(stack.dataset_dir), default=str)
     bodies = "".join(r["body"] for r in RESULTS)
     assert len(stack.receiver.spans) > 100 and len(rows) > 1000
     for name, key in KEYS.items():

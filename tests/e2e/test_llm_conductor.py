@@ -4,30 +4,12 @@ from __future__ import annotations
 
 import csv
 import sys
-import time
 
 import openai
-import pyarrow.dataset as ds
-import yaml
-from testbed import MMLU_PRO, default_config_data
+from testbed import MMLU_PRO, default_config_data, running_stack, wait_for_episodes
 
 from baton_conductor import copies_example
 from baton_router.planning import COPIED_EXAMPLE
-from baton_tools.procs import free_port
-from baton_tools.stack import Stack
-
-
-def wait_for_episodes(root, count, timeout=30):
-    deadline = time.monotonic() + timeout
-    rows = []
-    while time.monotonic() < deadline:
-        if any(root.rglob("*.parquet")):
-            rows = ds.dataset(root, format="parquet", partitioning="hive").to_table(
-                columns=["plan_backend", "plan_fallback", "plan_invalid_reason", "plan_token_logprobs"]).to_pylist()
-            if len(rows) >= count:
-                break
-        time.sleep(0.3)
-    return rows
 
 
 def test_the_cpu_conductor_plans_and_the_plans_run(kafka_bootstrap, tmp_path):
@@ -37,23 +19,17 @@ def test_the_cpu_conductor_plans_and_the_plans_run(kafka_bootstrap, tmp_path):
                          "plan": data["conductor"]["plan"]}
     data["kafka"] = {"partitions": 4, "session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
     data["reward_logger"] = {"flush_interval_s": 0.5}
-    cfg = tmp_path / "baton.yaml"
-    cfg.write_text(yaml.safe_dump(data))
     csv.field_size_limit(sys.maxsize)
     with MMLU_PRO.open(newline="") as f:
-        rows = [r for _, r in zip(range(3), csv.DictReader(f))]
-    stack = Stack(tmp_path / "run", config_file=cfg, gateway_port=free_port(), bootstrap_servers=kafka_bootstrap)
-    stack.start(echo=lambda *_: None, timeout=300)
-    try:
+        questions = [r for _, r in zip(range(3), csv.DictReader(f))]
+    with running_stack(data, tmp_path / "run", kafka_bootstrap, start_timeout=300) as stack:
         client = openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0, timeout=240)
         infos = []
-        for r in rows:
+        for r in questions:
             c = client.chat.completions.create(model="baton", messages=[{"role": "user", "content": r["prompt"]}])
             assert c.choices[0].message.content
             infos.append(c.model_extra["baton"])
-        rows = wait_for_episodes(stack.dataset_dir / "episodes", 3)
-    finally:
-        stack.stop()
+        rows = wait_for_episodes(stack.dataset_dir, {i["request_id"] for i in infos}, 30)
     names = {w["name"] for w in data["workers"]}
     for info in infos:
         assert info["plan"]["backend"] == "transformers"

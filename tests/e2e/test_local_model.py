@@ -11,30 +11,14 @@ import sys
 import time
 
 import openai
-import pyarrow.dataset as ds
 import pytest
-import yaml
-from testbed import MMLU_PRO, default_config_data
+from testbed import MMLU_PRO, default_config_data, running_stack, wait_for_episodes
 
 from baton_tools.procs import free_port, group_alive, port_open
-from baton_tools.stack import Stack
 
 pytestmark = pytest.mark.timeout(1500)
 
 LOCAL = "smollm2"
-
-
-def episodes(root, count, timeout=60):
-    deadline = time.monotonic() + timeout
-    rows = []
-    while time.monotonic() < deadline:
-        if any(root.rglob("*.parquet")):
-            rows = ds.dataset(root, format="parquet", partitioning="hive").to_table(
-                columns=["request_id", "steps"]).to_pylist()
-            if len(rows) >= count:
-                break
-        time.sleep(0.5)
-    return rows
 
 
 def test_a_question_the_matrix_lacks_is_answered_by_the_real_model(kafka_bootstrap, tmp_path):
@@ -45,25 +29,20 @@ def test_a_question_the_matrix_lacks_is_answered_by_the_real_model(kafka_bootstr
     data["conductor"]["plan"] = {"workers": ["gemini-flash"], "subtasks": ["Answer the question."], "access": [[]]}
     data["kafka"] = {"partitions": 2, "session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
     data["reward_logger"] = {"flush_interval_s": 0.5}
-    cfg = tmp_path / "baton.yaml"
-    cfg.write_text(yaml.safe_dump(data))
     csv.field_size_limit(sys.maxsize)
     with MMLU_PRO.open(newline="") as f:
         known = next(csv.DictReader(f))
 
-    stack = Stack(tmp_path / "run", config_file=cfg, gateway_port=free_port(), bootstrap_servers=kafka_bootstrap)
     started = time.monotonic()
-    stack.start(echo=lambda *_: None, timeout=300)  # stops whatever it started if it fails
-    try:
+    with running_stack(data, tmp_path / "run", kafka_bootstrap, start_timeout=300) as stack:
         print(f"stack with the vLLM server ready in {time.monotonic() - started:.0f} s")
         model_server = next(s for s in stack.services if s.name == f"model-{LOCAL}")
         client = openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0, timeout=600)
         free = client.chat.completions.create(model="baton", messages=[
             {"role": "user", "content": "What is the capital of France?"}])
         matrix = client.chat.completions.create(model="baton", messages=[{"role": "user", "content": known["prompt"]}])
-        rows = episodes(stack.dataset_dir / "episodes", 2)
-    finally:
-        stack.stop()
+        rows = wait_for_episodes(stack.dataset_dir, {free.model_extra["baton"]["request_id"],
+                                                     matrix.model_extra["baton"]["request_id"]}, columns=["steps"])
 
     answer = free.choices[0].message.content
     info = free.model_extra["baton"]

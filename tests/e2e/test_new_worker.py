@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import csv
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import openai
-import pyarrow.dataset as ds
 import yaml
-from testbed import MMLU_PRO, default_config_data, running_stack
+from testbed import MMLU_PRO, default_config_data, episodes, running_stack, wait_for
 
 from baton_policy.fastpolicy import Policy
 from baton_policy.matrix import load_matrix, without
@@ -72,12 +70,8 @@ def test_a_worker_added_to_a_running_stack_serves_at_once_learns_and_is_gone_onc
         ids: set[str] = set()
         first: set[str] = set()  # the first round's requests, chosen before any reward was learned
 
-        def episodes():
-            root = stack.dataset_dir / "episodes"
-            if not any(root.rglob("*.parquet")):
-                return []
-            return [r for r in ds.dataset(root, format="parquet", partitioning="hive").to_table().to_pylist()
-                    if r["request_id"] in ids]
+        def ours() -> list[dict]:
+            return episodes(stack.dataset_dir, ids)
 
         router = next(s for s in stack.services if s.name == "router")
 
@@ -85,14 +79,9 @@ def test_a_worker_added_to_a_running_stack_serves_at_once_learns_and_is_gone_onc
             text = httpx.get(f"http://127.0.0.1:{router.port}/metrics", timeout=5).text
             return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("baton_rewards_learned_total"))
 
-        def wait_for(until) -> None:
-            deadline = time.monotonic() + 60
-            while not until() and time.monotonic() < deadline:
-                time.sleep(0.5)
-
         def caught_up() -> bool:
             """Every request so far is logged, and every graded reward of the new worker's is learned."""
-            logged = episodes()
+            logged = ours()
             graded = sum(r["plan_action"] == NEW_MODEL and r["quality"] is not None for r in logged)
             return len(logged) >= len(ids) and learned() >= graded > 0
 
@@ -104,8 +93,8 @@ def test_a_worker_added_to_a_running_stack_serves_at_once_learns_and_is_gone_onc
             with ThreadPoolExecutor(8) as pool:
                 ids |= set(pool.map(ask, rows[start:start + ROUND]))
             first = first or set(ids)
-            wait_for(caught_up)
-        logged, taught = episodes(), learned()
+            wait_for(caught_up, 60, 0.5)
+        logged, taught = ours(), learned()
         same = {s.name for s in stack.services if s.name != "router" and started[s.name] == s.pid}
 
         # Taken out of the configuration, the router restarted: the new worker and two of the known
@@ -118,8 +107,8 @@ def test_a_worker_added_to_a_running_stack_serves_at_once_learns_and_is_gone_onc
         reconfigure("router")
         with ThreadPoolExecutor(8) as pool:
             ids = set(pool.map(ask, later))
-        wait_for(lambda: len(episodes()) >= len(ids))
-        after_removal = episodes()
+        wait_for(lambda: len(ours()) >= len(ids), 60, 0.5)
+        after_removal = ours()
     assert same == set(started) - {"router"}, "only the router was restarted"
     assert len(logged) == len(rows)
     assert all(r["error_code"] in (None, "") for r in logged), {r["error_code"] for r in logged}

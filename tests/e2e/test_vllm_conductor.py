@@ -16,34 +16,15 @@ import urllib.request
 from pathlib import Path
 
 import openai
-import pyarrow.dataset as ds
 import pytest
-import yaml
-from testbed import MMLU_PRO, default_config_data
+from testbed import MMLU_PRO, default_config_data, running_stack, wait_for_episodes
 
-from baton_tools.procs import free_port
 from baton_tools.stack import Stack
 
 pytestmark = pytest.mark.timeout(2400)
 
 BASE = "smollm2-135m-instruct"
 MAX_RANK = 16
-
-
-def episodes(root: Path, request_ids: set[str], timeout: float = 60) -> list[dict]:
-    """The dataset's rows of `request_ids`, once all are written (the reward logger's consumer group
-    is shared on the session's broker: other tests' leftover responses may land in this dataset too)."""
-    deadline = time.monotonic() + timeout
-    rows: list[dict] = []
-    while time.monotonic() < deadline:
-        if any(root.rglob("*.parquet")):
-            rows = [r for r in ds.dataset(root, format="parquet", partitioning="hive").to_table(
-                columns=["request_id", "plan_backend", "plan_fallback", "plan_invalid_reason",
-                         "plan_token_logprobs"]).to_pylist() if r["request_id"] in request_ids]
-            if len(rows) >= len(request_ids):
-                break
-        time.sleep(0.5)
-    return rows
 
 
 def trainer(*args: str, config: Path, bootstrap: str) -> dict:
@@ -73,8 +54,6 @@ def test_the_router_plans_on_vllm_and_serves_published_lora_versions(kafka_boots
     data["reward_logger"] = {"flush_interval_s": 0.5}
     # Planning shares two cores with the engine's start and whatever else runs: minutes, not seconds.
     data["gateway"] = {**data.get("gateway", {}), "request_timeout_s": 900}
-    cfg = tmp_path / "baton.yaml"
-    cfg.write_text(yaml.safe_dump(data))
     csv.field_size_limit(sys.maxsize)
     with MMLU_PRO.open(newline="") as f:
         questions = [r["prompt"] for _, r in zip(range(3), csv.DictReader(f))]
@@ -83,9 +62,8 @@ def test_the_router_plans_on_vllm_and_serves_published_lora_versions(kafka_boots
         build_adapter(tmp_path / "adapters" / name, default_model(), shape, seed, rank=rank, scale=0.5)
     store = tmp_path / "store"
 
-    stack = Stack(tmp_path / "run", config_file=cfg, gateway_port=free_port(), bootstrap_servers=kafka_bootstrap)
-    stack.start(echo=lambda *_: None, timeout=300)
-    try:
+    with running_stack(data, tmp_path / "run", kafka_bootstrap, start_timeout=300) as stack:
+        cfg = stack.config_file
         client = openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0, timeout=960)
 
         def plan(question: str, model: str = "baton") -> dict:
@@ -94,7 +72,8 @@ def test_the_router_plans_on_vllm_and_serves_published_lora_versions(kafka_boots
             return reply.model_extra["baton"]
 
         base = [plan(q) for q in questions]
-        rows = episodes(stack.dataset_dir / "episodes", {info["request_id"] for info in base})
+        rows = wait_for_episodes(stack.dataset_dir, {info["request_id"] for info in base}, columns=[
+            "plan_backend", "plan_fallback", "plan_invalid_reason", "plan_token_logprobs"])
 
         published = trainer("publish-lora", "--adapter", str(tmp_path / "adapters" / "v1"), "--store", str(store),
                             "--version", "v1", config=cfg, bootstrap=kafka_bootstrap)
@@ -128,8 +107,6 @@ def test_the_router_plans_on_vllm_and_serves_published_lora_versions(kafka_boots
             time.sleep(2)
         # A client may ask for a version by name, whatever the default is.
         named = plan(questions[0], model="v3")
-    finally:
-        stack.stop()
 
     print("plans:", json.dumps([[(s["worker"], s["instruction"][:50], s["access"]) for s in i["plan"]["steps"]]
                                 for i in base + on_v1]))
