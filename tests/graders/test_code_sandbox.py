@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import tempfile
 import textwrap
 import threading
 import time
@@ -191,6 +192,21 @@ open("inside.txt", "w").write("the working directory is writable")
 """)
     assert not target.exists()
     assert not os.path.exists("/tmp/baton-escape")
+
+
+@jailed
+def test_host_mounts_below_a_covered_folder_neither_stop_grading_nor_show():
+    # A container runtime on the grader's host keeps its mounts below /run or /tmp: the sandbox
+    # covers those folders, so it cannot remount what lies under them, and needs not.
+    folder = tempfile.mkdtemp(prefix="baton-host-mount-", dir="/tmp")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", folder], check=True)
+    try:
+        with open(os.path.join(folder, "secret"), "w") as fh:
+            fh.write(SECRET)
+        passes(f"import os\nassert not os.path.exists({folder!r})\n")
+    finally:
+        subprocess.run(["umount", folder], check=True)
+        os.rmdir(folder)
 
 
 @jailed

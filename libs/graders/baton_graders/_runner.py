@@ -15,6 +15,7 @@ exits with status 0 does not count as passing.
 
 import builtins
 import ctypes
+import errno
 import json
 import os
 import re
@@ -49,7 +50,9 @@ _PR_SET_NO_NEW_PRIVS = 38
 
 
 class SetupError(Exception):
-    pass
+    def __init__(self, message, code=None):
+        super().__init__(message)
+        self.errno = code
 
 
 def _libc():
@@ -62,7 +65,7 @@ def _mount(libc, source, target, fstype, flags, data=None):
 
     if libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)) != 0:
         err = ctypes.get_errno()
-        raise SetupError(f"mount {target} (flags {flags:#x}): {os.strerror(err)}")
+        raise SetupError(f"mount {target} (flags {flags:#x}): {os.strerror(err)}", err)
 
 
 def _mounts():
@@ -151,7 +154,11 @@ def _enter_jail(cfg):
                 flags |= bit
         try:
             _mount(libc, None, point, None, flags)
-        except SetupError:
+        except SetupError as exc:
+            if exc.errno == errno.ENOENT:
+                # Its path no longer resolves from this root: it lies under a folder covered above
+                # (a container runtime's mounts below /run or /tmp) or was deleted. Nothing here can reach it.
+                continue
             if "ro" not in opts:
                 raise  # a mount the sandbox could still write to: refuse to grade
     _mount(libc, None, workdir, None, _MS_REMOUNT | _MS_BIND | _MS_NOSUID | _MS_NODEV)
