@@ -13,6 +13,7 @@ from scipy.special import ndtri
 from trainer_synth import ACCURACY, make_rows, topic_of, write_csv
 
 from baton.v1 import common_pb2, requests_pb2, rewards_pb2
+from baton_eval import replay
 from baton_platform.config import load_config
 from baton_policy.aggregate import join
 from baton_policy.fastpolicy import Episode, Policy
@@ -20,7 +21,6 @@ from baton_policy.matrix import from_rows, without
 from baton_policy.newcomers import PRIOR_SCALES, Newcomers, OnlineHead, feature_var, log_evidence, outcome_of
 from baton_policy.templates import single
 from baton_router.conductor.policy_backend import PolicyConductor
-from baton_trainer import replay
 
 NEW = "bio-expert"
 
@@ -336,7 +336,7 @@ def test_the_policy_sees_a_requests_tools_and_training_reads_what_serving_saw(wr
 
 def test_a_new_workers_replay_can_vary_the_streams_order_with_the_fitted_policies_kept():
     """--stream-seed reorders the stream and redraws its choices; --seed alone refits the policies."""
-    from baton_trainer.newworker import run_new_worker
+    from baton_eval.newworker import run_new_worker
 
     header, rows = make_rows(1500, seed=11)
     matrix = from_rows(header, rows)

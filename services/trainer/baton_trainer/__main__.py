@@ -1,10 +1,13 @@
-"""``baton-trainer {replay|split|train-fast|rollback|grpo|warm-start|heldout|publish-lora} ...`` (also ``python -m baton_trainer``)."""
+"""``baton-trainer {split|train-fast|rollback|launch-grpo|grpo|warm-start|publish-lora} ...`` (also ``python -m baton_trainer``).
+
+Offline evaluation (replay, held-out subjects, the conductor table) is ``baton eval``'s, in baton_eval.
+"""
 
 from __future__ import annotations
 
 import sys
 
-from . import heldout, publish_lora, replay, split, train_fast
+from . import publish_lora, split, train_fast
 
 
 def _launch(argv: list[str]) -> int:
@@ -28,14 +31,12 @@ def _warm_start(argv: list[str]) -> int:
 
 
 COMMANDS = {
-    "replay": replay.main,
     "split": split.main,
     "train-fast": lambda argv: train_fast.main(argv, "train-fast"),
     "rollback": lambda argv: train_fast.main(argv, "rollback"),
     "launch-grpo": lambda argv: _launch(argv),
     "grpo": _grpo,
     "warm-start": _warm_start,
-    "heldout": heldout.main,
     "publish-lora": publish_lora.main,
 }
 

@@ -80,15 +80,12 @@ def cmd_train_demo(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    if args.mode == "table":
-        # tools/eval, which the development environment installs; baton-tools does not depend on it, so
-        # the stand-in image (baton-tools alone) holds neither it nor the router.
-        from baton_eval import conductor_table
+    # tools/eval, which the development environment installs; baton-tools does not depend on it, so
+    # the stand-in image (baton-tools alone) holds neither it nor the router.
+    import importlib
 
-        return conductor_table.main(args.rest)
-    from baton_trainer import replay
-
-    return replay.main(args.rest)
+    module = {"replay": "replay", "heldout": "heldout", "table": "conductor_table"}[args.mode]
+    return importlib.import_module(f"baton_eval.{module}").main(args.rest)
 
 
 def cmd_keys(args) -> int:
@@ -138,9 +135,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fresh", type=int, default=200)
     p.set_defaults(fn=cmd_train_demo)
     p = sub.add_parser("eval", help="offline evaluation: `baton eval replay --train A.csv --test B.csv --json` (the "
-                       "fast policy), `baton eval table --config C --train A.csv --test B.csv` (every router, LLM "
-                       "conductors included, on the same rows)")
-    p.add_argument("mode", choices=["replay", "table"])
+                       "fast policy), `baton eval heldout --in A.csv --models X,Y --by eval_name` (its gain on "
+                       "whole held-out subjects, over seeds), `baton eval table --config C --train A.csv --test "
+                       "B.csv` (every router, LLM conductors included, on the same rows)")
+    p.add_argument("mode", choices=["replay", "heldout", "table"])
     p.add_argument("rest", nargs=argparse.REMAINDER, help="arguments of the evaluation (see --help)")
     p.set_defaults(fn=cmd_eval)
     p = sub.add_parser("keys", help="gateway API keys: `baton keys create --tenant NAME`, `baton keys hash < KEY`")

@@ -42,11 +42,11 @@ from pathlib import Path
 import numpy as np
 
 from baton.v1 import common_pb2, requests_pb2
+from baton_eval.report import rounded
 from baton_platform.config import BatonConfig, ConfigError, load_config
 from baton_router.conductor import build_backend
 from baton_router.conductor.common import ConductorUnavailable
 from baton_router.planning import COPIED_EXAMPLE, Planner, PlanResult
-from baton_trainer.report import rounded
 from baton_workflow import CONDUCTOR
 
 
@@ -133,9 +133,9 @@ def llm_row(pool, results: Sequence[PlanResult]) -> dict:
 def run_table(config: BatonConfig, train_path: Path, test_path: Path, *, rows: int, cost_weight: float,
               model: Path | None, adapters: dict[str, Path], temperature: float, latency_rows: int = 0,
               untrained: bool = True, log=print) -> dict:
+    from baton_eval.replay import refuse_shared_questions, run_replay
     from baton_policy.matrix import load_matrix
     from baton_trainer.grpo_data import matrix_column, pool_matrix
-    from baton_trainer.replay import refuse_shared_questions, run_replay
 
     train, test = load_matrix(train_path), load_matrix(test_path)
     # The pool's workers the matrices record; the LLM conductor still plans for the whole pool.

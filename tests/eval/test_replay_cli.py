@@ -8,8 +8,9 @@ import pytest
 from testbed import MMLU_PRO
 from trainer_synth import make_rows, write_csv
 
+from baton_eval import replay
 from baton_policy.matrix import group_key, load_matrix
-from baton_trainer import replay, split
+from baton_trainer import split
 from baton_trainer.split import split_indices
 
 # ---------------------------------------------------------------- split

@@ -32,11 +32,11 @@ from pathlib import Path
 
 import numpy as np
 
+from baton_eval.report import rounded
 from baton_policy.embeddings import EMBEDDERS
 from baton_policy.fastpolicy import Policy
 from baton_policy.matrix import OutcomeMatrix, load_matrix
 from baton_policy.templates import Outcomes, candidate_workflows, evaluate_workflows
-from baton_trainer.report import rounded
 
 DEFAULT_FRONTIER = (0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0)
 
@@ -335,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quality-target", type=float, default=0.95, help="fraction of the strong model's accuracy for the escalation figure")
     p.add_argument("--strong-model", help="strong model for the escalation figure (default: most accurate on TRAIN)")
     p.add_argument("--new-worker", metavar="NAME", help="replay NAME's first day: hidden from training, met in the "
-                   "test stream with only its price, explored and learned online (see baton_trainer.newworker)")
+                   "test stream with only its price, explored and learned online (see baton_eval.newworker)")
     p.add_argument("--new-worker-share", type=float, default=0.1, help="exploration share for --new-worker")
     p.add_argument("--stream-order", choices=["shuffled", "file"], default="shuffled",
                    help="order of the test stream for --new-worker (shuffled with --stream-seed, or the file's)")
@@ -380,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _new_worker(args, train: OutcomeMatrix, test: OutcomeMatrix, log) -> int:
-    from baton_trainer.newworker import plot_new_worker, run_new_worker
+    from baton_eval.newworker import plot_new_worker, run_new_worker
 
     if train.models != test.models:
         raise ValueError("train and test files must have the same model columns")

@@ -8,9 +8,9 @@ import json
 import pytest
 from testbed import MMLU_PRO
 
+from baton_eval.heldout import held_out_split
+from baton_eval.heldout import main as heldout_main
 from baton_policy.matrix import from_rows, group_key, read_rows
-from baton_trainer.heldout import held_out_split
-from baton_trainer.heldout import main as heldout_main
 from baton_trainer.split import split_indices
 
 MODELS = ["gemini-1.5-pro-002", "gemini-1.5-flash-002"]
@@ -58,8 +58,8 @@ def test_heldout_reports_each_seeds_gain_over_the_test_sides_best_single_and_the
 def test_heldout_scores_the_routers_estimate_as_one_call_to_its_first_worker(capsys):
     import numpy as np
 
+    from baton_eval.heldout import held_out_split
     from baton_policy.evidence import Evidence
-    from baton_trainer.heldout import held_out_split
 
     code = heldout_main(["--in", str(MMLU_PRO), "--models", ",".join(MODELS), "--by", "question", "--seeds", "1",
                          "--router", "estimate"])

@@ -1,4 +1,4 @@
-"""Synthetic outcome matrices for the trainer tests.
+"""Synthetic outcome matrices for the trainer and evaluation tests.
 
 Each query belongs to a topic that shows in its wording; every model has a per-topic accuracy,
 so the best model depends on the query and a text-based router can learn it. Answers are option

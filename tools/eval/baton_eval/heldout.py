@@ -3,7 +3,7 @@ splits that hold out whole evaluations (subjects, tasks: `--by eval_name`) or ra
 several seeds, with the spread. A gain measured on one random split of one file can be a property of
 that split; one that holds on subjects the policy never saw is one a new deployment can expect.
 
-    python -m baton_trainer heldout --in data/routing/mmlu_pro_dev.csv \\
+    baton eval heldout --in data/routing/mmlu_pro_dev.csv \\
         --models gemini-1.5-pro-002,gemini-1.5-flash-002,Meta-Llama-3_1-70B-Instruct --by eval_name --seeds 5
 
 `--router estimate` scores instead what the LLM conductor is shown (`baton_policy.evidence`): one call to
@@ -22,11 +22,10 @@ import sys
 
 import numpy as np
 
+from baton_eval.replay import run_replay
 from baton_policy.evidence import Evidence
 from baton_policy.matrix import OutcomeMatrix, from_rows, group_key, read_rows
-
-from .replay import run_replay
-from .split import split_indices
+from baton_trainer.split import split_indices
 
 
 def held_out_split(matrix: OutcomeMatrix, by: str, seed: int, test_share: float) -> tuple[OutcomeMatrix, OutcomeMatrix]:
@@ -80,7 +79,7 @@ def run(matrix: OutcomeMatrix, *, by: str, seeds: int, test_share: float, cost_w
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="baton-trainer heldout", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="baton eval heldout", description=__doc__.split("\n\n")[0])
     p.add_argument("--in", dest="src", required=True, help="outcome CSV (RouterBench layout)")
     p.add_argument("--models", help="comma-separated model columns to route between (default: all)")
     p.add_argument("--by", choices=("question", "eval_name"), default="eval_name",

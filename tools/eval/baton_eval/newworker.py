@@ -17,12 +17,12 @@ from pathlib import Path
 
 import numpy as np
 
+from baton_eval.report import rounded
 from baton_policy.aggregate import join, most_likely
 from baton_policy.fastpolicy import Policy
 from baton_policy.matrix import OutcomeMatrix, without
 from baton_policy.newcomers import Newcomers
 from baton_policy.templates import Workflow, answer_scores, candidate_workflows, evaluate_workflows
-from baton_trainer.report import rounded
 
 WINDOWS = 10
 
