@@ -20,7 +20,7 @@ from baton_platform.config import (
     VllmConductorConfig,
 )
 from baton_router.conductor import ConductorOutputError, build_backend
-from baton_router.conductor.common import PlanPrompter
+from baton_router.conductor.llm import PlanPrompter
 from baton_workflow import plan_problems
 
 NAMES = ["gemini-pro", "gemini-flash", "llama-70b"]

@@ -15,9 +15,9 @@ from testbed import default_config_data, first_question
 
 import baton_executor.main as executor
 from baton.v1 import common_pb2, requests_pb2, responses_pb2, tasks_pb2, workflow_pb2
-from baton_executor.calls import StepRunner
 from baton_executor.handlers import TaskConsumer
 from baton_executor.main import create_app
+from baton_executor.step_runner import StepRunner
 from baton_platform import topics
 from baton_platform.consumer import Publisher
 from baton_platform.telemetry import setup_tracing

@@ -366,7 +366,7 @@ def serve_the_adapter(config, base_dir, adapter, base, tuned, ids) -> None:
     import torch
 
     from baton_router.conductor import build_backend
-    from baton_router.conductor.common import ConductorUnavailable
+    from baton_router.conductor.llm import ConductorUnavailable
 
     def served(workers: list[dict]):
         data = config_data()

@@ -29,11 +29,11 @@ from collections.abc import Callable
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from baton.v1 import common_pb2, responses_pb2, tasks_pb2, workflow_pb2
-from baton_executor.calls import StepRunner
 from baton_executor.deltas import DeltaBatcher
 from baton_executor.limits import WorkerLimits
 from baton_executor.metrics import ExecutorMetrics
 from baton_executor.sharing import ShareExchange
+from baton_executor.step_runner import StepRunner
 from baton_platform import topics
 from baton_platform.consumer import Record
 from baton_platform.kafka import client_options, partition_ids, read_since

@@ -9,11 +9,11 @@ from faststream.asgi import AsgiFastStream
 from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
 from opentelemetry.sdk.trace import TracerProvider
 
-from baton_executor.calls import StepRunner
 from baton_executor.handlers import TaskConsumer
 from baton_executor.limits import WorkerLimits
 from baton_executor.metrics import ExecutorMetrics
 from baton_executor.providers.registry import build_workers
+from baton_executor.step_runner import StepRunner
 from baton_executor.transport import provider_client
 from baton_platform import topics
 from baton_platform.config import PROVIDERS, BatonConfig, ConfigWatch, WorkerConfig, load_config

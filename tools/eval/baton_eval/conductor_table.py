@@ -45,7 +45,7 @@ from baton.v1 import common_pb2, requests_pb2
 from baton_eval.report import rounded
 from baton_platform.config import BatonConfig, ConfigError, load_config
 from baton_router.conductor import build_backend
-from baton_router.conductor.common import ConductorUnavailable
+from baton_router.conductor.llm import ConductorUnavailable
 from baton_router.planning import COPIED_EXAMPLE, Planner, PlanResult
 from baton_workflow import CONDUCTOR
 

@@ -3,7 +3,7 @@ from collections.abc import Sequence
 from baton_conductor import ConductorOutputError
 from baton_platform.config import ConductorConfig, WorkerConfig
 from baton_router.conductor.base import ConductorBackend, Proposal
-from baton_router.conductor.common import ConductorUnavailable
+from baton_router.conductor.llm import ConductorUnavailable
 from baton_router.conductor.static import StaticConductor
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 class Sample:
     """One generated plan: its text and three log-probs per token.
 
-    - `token_logprobs` (what the Proposal records; see `common`): the model's distribution restricted
+    - `token_logprobs` (what the Proposal records; see `llm`): the model's distribution restricted
       to the tokens the grammar allows and renormalised, at temperature 1;
     - `model_logprobs`: the model's own, unconstrained distribution;
     - `sampling_logprobs`: the distribution the token was drawn from (mask, then temperature, top-k,

@@ -1,4 +1,4 @@
-"""What the model-backed conductors share: the prompt inputs, and turning sampled text into a Proposal.
+"""What the LLM conductors (transformers, vLLM, OpenAI-compatible) share: the prompt inputs, and turning sampled text into a Proposal.
 
 Log-probabilities, the same for every backend: `Proposal.token_logprobs` holds, for each token the
 conductor emitted, its log-probability under the model's distribution RESTRICTED to the tokens the

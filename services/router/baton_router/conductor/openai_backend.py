@@ -2,7 +2,7 @@
 
 Each plan is one POST /chat/completions with `response_format` json_schema (the bounded plan schema,
 strict) and `logprobs: true`; the token log-probs come from `choices[0].logprobs.content`. `vllm serve` reports
-them after the schema mask and before temperature, as every backend records them (see `common`); a
+them after the schema mask and before temperature, as every backend records them (see `llm`); a
 hosted API reports what its provider computes. Which distribution the server sampled from is not
 known here, so the propensity is unknown unless decoding is greedy (temperature 0: log 1 = 0).
 
@@ -21,7 +21,7 @@ from baton.v1 import requests_pb2
 from baton_conductor import plan_json_schema
 from baton_platform.config import ConductorConfig, WorkerConfig
 from baton_router.conductor.base import Proposal
-from baton_router.conductor.common import PlanPrompter, log_propensity
+from baton_router.conductor.llm import PlanPrompter, log_propensity
 
 
 class ConductorServerError(RuntimeError):

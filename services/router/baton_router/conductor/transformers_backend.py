@@ -36,8 +36,8 @@ from baton.v1 import requests_pb2
 from baton_conductor import ADAPTER_MANIFEST, plan_grammar, plan_json_schema
 from baton_platform.config import ConductorConfig, TransformersConductorConfig, WorkerConfig
 from baton_router.conductor.base import Proposal
-from baton_router.conductor.common import ConductorUnavailable, PlanPrompter, log_propensity
 from baton_router.conductor.decoding import Decoder, PlanMemory, Sample, Sampling
+from baton_router.conductor.llm import ConductorUnavailable, PlanPrompter, log_propensity
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ Every `propose` is one `engine.generate` call: vLLM batches concurrent requests 
 nothing is gathered here. Decoding is constrained with `StructuredOutputsParams` (the bounded plan
 JSON schema, or the EBNF grammar that also enforces equal lengths and earlier-only access), and the
 sampled tokens' log-probs come back with the output: vLLM's default `raw_logprobs`, computed after
-the structured-output mask and before temperature (see `common`). At temperature 1 (top-p 1, no
+the structured-output mask and before temperature (see `llm`). At temperature 1 (top-p 1, no
 top-k) they are the sampling distribution's, so the propensity's log is their sum; at other
 temperatures it is unknown, except log 1 = 0 under greedy decoding.
 
@@ -46,7 +46,7 @@ from baton.v1 import requests_pb2
 from baton_conductor import plan_grammar, plan_json_schema
 from baton_platform.config import ConductorConfig, WorkerConfig
 from baton_router.conductor.base import Proposal
-from baton_router.conductor.common import ConductorUnavailable, PlanPrompter, log_propensity
+from baton_router.conductor.llm import ConductorUnavailable, PlanPrompter, log_propensity
 
 log = logging.getLogger(__name__)
 
