@@ -174,7 +174,7 @@ async def test_a_record_revoked_while_it_is_graded_is_written_once_by_the_next_r
     from baton_platform.config import load_config
     from baton_platform.service import Service
     from baton_platform.telemetry import setup_tracing
-    from baton_reward_logger.handlers import DatasetMetrics, Sink
+    from baton_reward_logger.handlers import DatasetMetrics, TopicRecorder
 
     grading, release = threading.Event(), threading.Event()
 
@@ -186,7 +186,7 @@ async def test_a_record_revoked_while_it_is_graded_is_written_once_by_the_next_r
     config = load_config(write_config())
     service = Service.create("baton-reward-logger", config.kafka, setup_tracing("t", set_global=False))
     written = DatasetMetrics(CollectorRegistry())
-    sink = Sink(service, config.reward_logger, "baton.responses", responses_pb2.Response,
+    sink = TopicRecorder(service, config.reward_logger, "baton.responses", responses_pb2.Response,
                 DatasetWriter(tmp_path, "baton.responses", EPISODE_SCHEMA), slow_row, written,
                 blocks=lambda response: True)  # graded: made in a thread
     rows = []

@@ -18,7 +18,7 @@ from baton_platform.config import ConfigError, load_config
 from baton_platform.service import Service
 from baton_platform.telemetry import setup_tracing
 from baton_reward_logger.episodes import EPISODE_SCHEMA, DatasetWriter
-from baton_reward_logger.handlers import DatasetMetrics, Sink, response_row_maker
+from baton_reward_logger.handlers import DatasetMetrics, TopicRecorder, response_row_maker
 from baton_reward_logger.rewards import score
 
 
@@ -167,7 +167,7 @@ async def _sink_fed(write_config, tmp_path, make_row, request_ids):
     service = Service.create("baton-reward-logger", config.kafka, setup_tracing("t", set_global=False))
     service.dead_letters.send = send
     written = DatasetMetrics(CollectorRegistry())
-    sink = Sink(service, config.reward_logger, "baton.responses", responses_pb2.Response,
+    sink = TopicRecorder(service, config.reward_logger, "baton.responses", responses_pb2.Response,
                 DatasetWriter(tmp_path, "baton.responses", EPISODE_SCHEMA), make_row, written)
     bodies = [responses_pb2.Response(request_id=r).SerializeToString() for r in request_ids]
     for offset, body in enumerate(bodies):

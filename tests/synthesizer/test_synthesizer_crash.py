@@ -17,7 +17,7 @@ from baton_platform import topics
 from baton_platform.config import load_config
 from baton_platform.service import Service
 from baton_platform.telemetry import setup_tracing
-from baton_synthesizer.handlers import SynthesizerWiring
+from baton_synthesizer.handlers import RunConsumer
 from baton_synthesizer.runs import Runs
 from baton_workflow import Plan, to_proto
 
@@ -29,7 +29,7 @@ async def wiring(write_config):
     """The wiring on FastStream's in-memory broker; yields it and the responses it publishes."""
     config = load_config(write_config())
     service = Service.create("baton-synthesizer", config.kafka, setup_tracing("t", set_global=False))
-    w = SynthesizerWiring(service, Runs(config.synthesizer, config.workers, max_steps=config.conductor.max_steps))
+    w = RunConsumer(service, Runs(config.synthesizer, config.workers, max_steps=config.conductor.max_steps))
     responses: list[responses_pb2.Response] = []
 
     @service.broker.subscriber(topics.RESPONSES)
@@ -56,7 +56,7 @@ def record(offset: int, event: workflow_pb2.WorkflowEvent) -> SimpleNamespace:
     return SimpleNamespace(raw_message=raw, body=body)
 
 
-def history_read_to(w: SynthesizerWiring, end: int) -> None:
+def history_read_to(w: RunConsumer, end: int) -> None:
     """The partition's end offset as the Kafka consumer would report it after a restart."""
     w.consumer.end_offset = lambda tp: end
 

@@ -54,8 +54,11 @@ class DatasetMetrics:
                                 registry=registry)
 
 
-class Sink:
-    """``after_write``, if given, runs on each durable run of records before their offsets commit:
+class TopicRecorder:
+    """Records one topic into the episode dataset: each record becomes a row, and its offset commits
+    only once the file holding the row is durable.
+
+    ``after_write``, if given, runs on each durable run of records before their offsets commit:
     a crash in between repeats it with the file's rewrite, never skips it.
 
     A write that fails (a full disk, an unreachable store) loses nothing: its rows stay buffered and

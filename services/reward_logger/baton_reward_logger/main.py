@@ -13,7 +13,13 @@ from baton_platform.config import BatonConfig, load_config
 from baton_platform.http import serve
 from baton_platform.service import Service
 from baton_reward_logger.episodes import EPISODE_SCHEMA, FEEDBACK_SCHEMA, DatasetWriter
-from baton_reward_logger.handlers import DatasetMetrics, Sink, feedback_row_maker, response_row_maker, reward_publisher
+from baton_reward_logger.handlers import (
+    DatasetMetrics,
+    TopicRecorder,
+    feedback_row_maker,
+    response_row_maker,
+    reward_publisher,
+)
 from baton_reward_logger.rewards import names_eval_item
 
 SERVICE_NAME = "baton-reward-logger"
@@ -29,19 +35,19 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
     # The operator's evaluation sets, loaded once: a missing or malformed file stops the start.
     evals = EvalRegistry.load({name: (s.path, s.grader) for name, s in cfg.eval_sets.items()})
     grader = IsolatedGrader(timeout_s=cfg.grading_timeout_s)
-    sinks = [
-        Sink(service, cfg, topics.RESPONSES, responses_pb2.Response,
+    recorders = [
+        TopicRecorder(service, cfg, topics.RESPONSES, responses_pb2.Response,
              DatasetWriter(f"{root}/episodes", topics.RESPONSES, EPISODE_SCHEMA),
              response_row_maker(cfg.reward_scheme, cfg.cost_weight, evals, grader.grade, outcomes), metrics,
              after_write=reward_publisher(service), blocks=names_eval_item),
-        Sink(service, cfg, topics.FEEDBACK, feedback_pb2.Feedback,
+        TopicRecorder(service, cfg, topics.FEEDBACK, feedback_pb2.Feedback,
              DatasetWriter(f"{root}/feedback", topics.FEEDBACK, FEEDBACK_SCHEMA), feedback_row_maker(), metrics),
     ]
 
     async def stop_grader() -> None:
         grader.close()
 
-    return service.asgi_app(ready_checks=[s.ready for s in sinks], on_shutdown=[stop_grader])
+    return service.asgi_app(ready_checks=[s.ready for s in recorders], on_shutdown=[stop_grader])
 
 
 def run() -> None:

@@ -35,7 +35,10 @@ from baton_synthesizer.runs import Action, Dispatch, Finish, Notify, Rate, Repla
 log = logging.getLogger(__name__)
 
 
-class SynthesizerWiring:
+class RunConsumer:
+    """Reads baton.workflow, folds each event into its run (`Runs`, which does no I/O) and carries out
+    the actions that returns: steps to the executors, answers to the gateway, ratings, inner calls."""
+
     def __init__(self, service: Service, workflows: Runs) -> None:
         self.service = service
         self.workflows = workflows

@@ -8,7 +8,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from baton_platform.config import BatonConfig, ConfigWatch, load_config
 from baton_platform.http import serve
 from baton_platform.service import Service
-from baton_synthesizer.handlers import SynthesizerWiring
+from baton_synthesizer.handlers import RunConsumer
 from baton_synthesizer.runs import Runs
 
 SERVICE_NAME = "baton-synthesizer"
@@ -18,7 +18,7 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
     service = Service.create(SERVICE_NAME, config.kafka, tracer_provider)
     workflows = Runs(config.synthesizer, config.workers, max_steps=config.conductor.max_steps, judge=config.judge,
                           watch=ConfigWatch())
-    SynthesizerWiring(service, workflows)
+    RunConsumer(service, workflows)
     return service.asgi_app()
 
 
