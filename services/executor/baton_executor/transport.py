@@ -1,11 +1,10 @@
 """The executor's HTTP client: httpx's API over aiohttp's connection pool.
 
 The adapters build requests and read replies with httpx. httpx's own pool (httpcore on anyio)
-costs about 4 ms of CPU per request at 50 calls in flight on this suite's benchmark machine, as
-much as the rest of a workflow across every service; aiohttp's pool costs about 0.3 ms
-(`bench/run.py` profiles the executor). This transport hands each httpx request to aiohttp and
-its reply back as an httpx response, so the adapters, their tests and the httpx tracing
-instrumentation stay as they are. Failures come back as the httpx exceptions the adapters map.
+spends many times the CPU per request that aiohttp's does, as much as the rest of a workflow across
+every service (the executor's profile in `make bench` shows it). This transport hands each httpx
+request to aiohttp and its reply back as an httpx response, so the adapters, their tests and the
+httpx tracing instrumentation stay as they are. Failures come back as the httpx exceptions the adapters map.
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ none is set. Adapters are added and the default switched at run time with `serve
 trainer publishes a version on baton.policy (or rolls back to an older one); an adapter the engine
 does not take leaves the version being served as it was.
 
-Loading the engine takes seconds to minutes (importing vLLM alone takes ~10 s on a small CPU), all of
-it synchronous: `start` runs it in a thread, so the router's event loop (Kafka heartbeats, liveness)
+Loading the engine takes seconds to minutes (importing vLLM alone takes seconds), all of it
+synchronous: `start` runs it in a thread, so the router's event loop (Kafka heartbeats, liveness)
 never waits on it. vLLM is imported only then: it pins its own torch and transformers, so this module
 must import without it.
 """
