@@ -1,7 +1,8 @@
 """The layout rules, checked on the source so that a break fails here before it couples two images or
 tangles a package: libraries never import services or the tools application, services
 never import each other or the tools, nothing outside the router imports it, no modules import each
-other in a circle, and no function in services/ or libs/ runs past MAX_FUNCTION_LINES."""
+other in a circle, no function in services/ or libs/ runs past MAX_FUNCTION_LINES, and each service
+declares its Prometheus metrics in its metrics.py."""
 
 from __future__ import annotations
 
@@ -258,3 +259,36 @@ def test_the_router_check_sees_an_import_from_outside(tmp_path, where):
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_text(text)
     assert router_importers(tmp_path) == [where]
+
+
+# -- metrics -----------------------------------------------------------------------------------------
+
+METRIC_KINDS = {"Counter", "Gauge", "Histogram", "Summary", "Info", "Enum"}
+
+
+def metric_declarers(folder: Path) -> list[str]:
+    """Modules under `folder` that import a Prometheus metric kind, other than a service's metrics.py
+    (and the platform's Service, which declares the dead-letter counter every service shares)."""
+    found = []
+    for path in sorted(folder.rglob("*.py")):
+        relative = path.relative_to(folder.parent).as_posix()
+        if path.name == "metrics.py" or relative == "libs/platform/baton_platform/service.py":
+            continue
+        for node in import_nodes(ast.parse(path.read_text(), str(path))):  # annotations' imports aside
+            if isinstance(node, ast.ImportFrom) and node.module == "prometheus_client" and \
+                    {a.name for a in node.names} & METRIC_KINDS:
+                found.append(relative)
+    return found
+
+
+def test_metrics_are_declared_in_each_services_metrics_module():
+    assert [m for top in ("services", "libs") for m in metric_declarers(ROOT / top)] == []
+
+
+def test_the_metrics_check_sees_a_metric_declared_elsewhere(tmp_path):
+    (tmp_path / "services" / "x").mkdir(parents=True)
+    (tmp_path / "services" / "x" / "handlers.py").write_text("from prometheus_client import Counter\n")
+    (tmp_path / "services" / "x" / "metrics.py").write_text("from prometheus_client import Counter, Gauge\n")
+    (tmp_path / "services" / "x" / "typed.py").write_text("from typing import TYPE_CHECKING\n"
+                                                          "if TYPE_CHECKING:\n    from prometheus_client import Counter\n")
+    assert metric_declarers(tmp_path / "services") == ["services/x/handlers.py"]

@@ -174,7 +174,8 @@ async def test_a_record_revoked_while_it_is_graded_is_written_once_by_the_next_r
     from baton_platform.config import load_config
     from baton_platform.service import Service
     from baton_platform.telemetry import setup_tracing
-    from baton_reward_logger.handlers import DatasetMetrics, TopicRecorder
+    from baton_reward_logger.handlers import TopicRecorder
+    from baton_reward_logger.metrics import DatasetMetrics
 
     grading, release = threading.Event(), threading.Event()
 

@@ -18,7 +18,8 @@ from baton_platform.config import ConfigError, load_config
 from baton_platform.service import Service
 from baton_platform.telemetry import setup_tracing
 from baton_reward_logger.episodes import EPISODE_SCHEMA, DatasetWriter
-from baton_reward_logger.handlers import DatasetMetrics, TopicRecorder, response_row_maker
+from baton_reward_logger.handlers import TopicRecorder, response_row_maker
+from baton_reward_logger.metrics import DatasetMetrics
 from baton_reward_logger.rewards import score
 
 

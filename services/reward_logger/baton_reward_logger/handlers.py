@@ -1,6 +1,6 @@
 """Kafka wiring of the reward logger: responses and feedback in, Parquet out, offsets after the file.
 
-Each topic has its own sink: records are buffered per partition, written as one file per
+Each topic has its own recorder: records are buffered per partition, written as one file per
 contiguous run of offsets, and only then committed. Progress responses are not episodes and pass.
 """
 
@@ -11,12 +11,12 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from aiokafka import TopicPartition
 from google.protobuf.message import Message
 from opentelemetry import trace
-from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from baton.v1 import feedback_pb2, responses_pb2, rewards_pb2
 from baton_platform import consumer, topics
@@ -24,6 +24,10 @@ from baton_platform.config import RewardLoggerConfig
 from baton_platform.messages import PoisonMessage
 from baton_platform.service import Service
 from baton_reward_logger.episodes import ARROW_REFUSALS, DatasetWriter, Record, RowsRefused
+from baton_reward_logger.metrics import DatasetMetrics
+
+if TYPE_CHECKING:
+    from prometheus_client import Counter
 
 log = logging.getLogger(__name__)
 
@@ -40,18 +44,6 @@ RowMaker = Callable[[Message, int, int], "tuple[dict, int] | None"]
 # then its consumer waits, and the rest stays on the broker, uncommitted.
 HELD_FLUSHES = 20
 RETENTION_CHECK_S = 3600.0  # how often the datasets' retention is applied (reward_logger.retention_days)
-
-
-class DatasetMetrics:
-    """Rows written per dataset topic, failed writes, and whether a dataset cannot be written now."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.written = Counter("baton_dataset_rows", "Rows written to the datasets", ["topic"], registry=registry)
-        self.failures = Counter("baton_dataset_write_failures", "Dataset files that could not be written (a full "
-                                "disk, an unreachable store); their rows are kept and written again", ["topic"],
-                                registry=registry)
-        self.unwritable = Gauge("baton_dataset_unwritable", "1 while the last write of a dataset failed", ["topic"],
-                                registry=registry)
 
 
 class TopicRecorder:

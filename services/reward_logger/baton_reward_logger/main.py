@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from faststream.asgi import AsgiFastStream
 from opentelemetry.sdk.trace import TracerProvider
-from prometheus_client import Counter
 
 from baton.v1 import feedback_pb2, responses_pb2
 from baton_graders import EvalRegistry, IsolatedGrader
@@ -14,12 +13,12 @@ from baton_platform.http import serve
 from baton_platform.service import Service
 from baton_reward_logger.episodes import EPISODE_SCHEMA, FEEDBACK_SCHEMA, DatasetWriter
 from baton_reward_logger.handlers import (
-    DatasetMetrics,
     TopicRecorder,
     feedback_row_maker,
     response_row_maker,
     reward_publisher,
 )
+from baton_reward_logger.metrics import DatasetMetrics, GradingMetrics
 from baton_reward_logger.rewards import names_eval_item
 
 SERVICE_NAME = "baton-reward-logger"
@@ -30,8 +29,7 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
     service = Service.create(SERVICE_NAME, config.kafka, tracer_provider)
     root = cfg.dataset_dir.rstrip("/")  # a local path or a URL: joined as text, which both accept
     metrics = DatasetMetrics(service.registry)
-    outcomes = Counter("baton_rewards", "Episodes by grading outcome: graded, grading_failed, unknown_item, no_item",
-                       ["outcome"], registry=service.registry)
+    outcomes = GradingMetrics(service.registry).outcomes
     # The operator's evaluation sets, loaded once: a missing or malformed file stops the start.
     evals = EvalRegistry.load({name: (s.path, s.grader) for name, s in cfg.eval_sets.items()})
     grader = IsolatedGrader(timeout_s=cfg.grading_timeout_s)

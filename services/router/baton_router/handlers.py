@@ -9,8 +9,6 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 
-from prometheus_client import Counter, Histogram
-
 from baton.v1 import policy_pb2, requests_pb2, tasks_pb2, workflow_pb2
 from baton_platform import topics
 from baton_platform.config import DEFAULT_POLICY_NAME, RouterConfig, WorkerConfig
@@ -18,6 +16,7 @@ from baton_platform.consumer import Record
 from baton_platform.messages import PoisonMessage
 from baton_platform.service import Service
 from baton_router.exploration import candidates, explores
+from baton_router.metrics import PlanningMetrics, PolicyMetrics
 from baton_router.planning import Planner
 from baton_workflow import CONDUCTOR, from_proto
 from baton_workflow.steps import step_task
@@ -54,16 +53,12 @@ def direct_task(request: requests_pb2.ChatRequest, plan: workflow_pb2.Plan,
 
 def register(service: Service, settings: RouterConfig, planner: Planner, backend=None,
              workers: Sequence[WorkerConfig] = ()) -> None:
-    plans = Counter("baton_plans", "Plans published", ["backend", "outcome"], registry=service.registry)
-    latency = Histogram("baton_planning_seconds", "Time to plan one request", registry=service.registry)
+    metrics = PlanningMetrics(service.registry)
     tracer = service.tracer_provider.get_tracer("baton.router")
     workflow = service.publisher(topics.WORKFLOW, workflow_pb2.WorkflowEvent, "Plans, and inner calls' kept answers.")
     by_name = {w.name: w for w in workers} if settings.direct_single_step else {}
     tasks = {p: service.publisher(topics.tasks_topic(p), tasks_pb2.Task, f"One-step workflows for the {p} executors.")
              for p in sorted({w.provider for w in by_name.values()})}
-    direct = Counter("baton_router_direct", "One-step workflows sent straight to an executor", ["provider"],
-                     registry=service.registry)
-    expired = Counter("baton_router_expired", "Requests not planned: their deadline had passed", registry=service.registry)
 
     async def plan_request(request: requests_pb2.ChatRequest, record: Record) -> None:
         if not request.request_id:
@@ -71,7 +66,7 @@ def register(service: Service, settings: RouterConfig, planner: Planner, backend
         if request.deadline_unix_ms and time.time() * 1000 > request.deadline_unix_ms:
             # Its client already has its 504 (the gateway answers at the deadline): planning it would
             # spend the conductor on an answer nobody waits for, and lengthen a backlog's drain.
-            expired.inc()
+            metrics.expired.inc()
             log.info("request %s not planned: its deadline had passed", request.request_id)
             return
         inner = request.HasField("parent")
@@ -90,13 +85,13 @@ def register(service: Service, settings: RouterConfig, planner: Planner, backend
                 log.info("request %s planned by %s: %s%s", candidate.request_id, planner.backend_name,
                          " -> ".join(s.worker for s in result.plan.steps) or "no steps",
                          "" if result.valid else " (the conductor's plan was refused: fallback plan)")
-            latency.observe(time.perf_counter() - started)
-            plans.labels(planner.backend_name, "valid" if result.valid else "fallback").inc()
+            metrics.latency.observe(time.perf_counter() - started)
+            metrics.plans.labels(planner.backend_name, "valid" if result.valid else "fallback").inc()
             task = direct_task(candidate, result.plan, by_name) if by_name else None
             if task is not None:
                 provider = by_name[task.worker].provider
                 await tasks[provider].send(task, key=task.request_id, record=record)
-                direct.labels(provider).inc()
+                metrics.direct.labels(provider).inc()
                 continue
             if inner and not result.plan.steps:
                 event = kept_answer(candidate, result.plan, time.perf_counter() - started)
@@ -123,10 +118,7 @@ def register_policies(service: Service, backend, name: str, store: str | None = 
     configured `store`, only from inside it: anything on the bus could have written the record."""
     # Exported by every router, so dashboards and alerts find them; without children when its backend
     # serves no published policy.
-    loaded = Counter("baton_policies_loaded", "Policies loaded from baton.policy", ["version", "kind"],
-                     registry=service.registry)
-    failed = Counter("baton_policies_failed", "Policies from baton.policy that could not be loaded", ["kind"],
-                     registry=service.registry)
+    metrics = PolicyMetrics(service.registry)
     kind = getattr(backend, "policy_kind", None)
     if not kind:
         return
@@ -144,8 +136,8 @@ def register_policies(service: Service, backend, name: str, store: str | None = 
             await backend.serve_policy(copies[update.digest], update.version)
         except Exception as e:  # noqa: BLE001 - a bad artefact must not stop planning with the current one
             log.error("policy %s (%s) not loaded; still serving the previous one: %s", update.version, kind, e)
-            failed.labels(kind).inc()
+            metrics.failed.labels(kind).inc()
             raise PoisonMessage(f"policy {update.version} could not be loaded: {e}") from None
-        loaded.labels(update.version, "rollback" if update.rollback else "update").inc()
+        metrics.loaded.labels(update.version, "rollback" if update.rollback else "update").inc()
 
     service.consumer(topics.POLICY, policy_pb2.PolicyUpdate, on_policy, description="Policy versions to serve.")

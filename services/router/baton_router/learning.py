@@ -7,22 +7,20 @@ it had learned from the retained log.
 
 from __future__ import annotations
 
-from prometheus_client import Counter
-
 from baton.v1 import rewards_pb2
 from baton_platform import topics
 from baton_platform.consumer import Record
 from baton_platform.service import Service
+from baton_router.metrics import LearningMetrics
 
 
 def register_rewards(service: Service, backend) -> None:
     if not hasattr(backend, "learn"):
         return
-    learned = Counter("baton_rewards_learned", "Graded episodes that taught a new worker's online head",
-                      registry=service.registry)
+    metrics = LearningMetrics(service.registry)
 
     async def on_reward(reward: rewards_pb2.Reward, record: Record) -> None:
         if backend.learn(reward):
-            learned.inc()
+            metrics.learned.inc()
 
     service.consumer(topics.REWARDS, rewards_pb2.Reward, on_reward, description="Graded episodes to learn from.")

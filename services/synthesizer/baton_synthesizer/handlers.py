@@ -21,7 +21,6 @@ import logging
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from prometheus_client import Counter, Gauge
 
 from baton.v1 import feedback_pb2, requests_pb2, responses_pb2, tasks_pb2, workflow_pb2
 from baton_platform import topics
@@ -30,6 +29,7 @@ from baton_platform.consumer import Record
 from baton_platform.kafka import client_options, read_since
 from baton_platform.messages import PoisonMessage
 from baton_platform.service import Service
+from baton_synthesizer.metrics import SynthesizerMetrics
 from baton_synthesizer.runs import Action, Dispatch, Finish, Notify, Rate, Replan, Return, Run, Runs
 
 log = logging.getLogger(__name__)
@@ -49,10 +49,7 @@ class RunConsumer:
         # parent of its steps' spans, from its first action here to its end.
         self._spans: dict[str, trace.Span] = {}
         self._tracer = service.tracer_provider.get_tracer("baton.synthesizer")
-        reg = service.registry
-        self._responses = Counter("baton_responses", "Responses published", ["outcome"], registry=reg)
-        self._dispatched = Counter("baton_steps_dispatched", "Steps dispatched", ["provider"], registry=reg)
-        self._running = Gauge("baton_workflows_running", "Workflows in progress", registry=reg)
+        self._metrics = SynthesizerMetrics(service.registry)
         out = service.publisher
         self._tasks = {p: out(topics.tasks_topic(p), tasks_pb2.Task, f"Steps for the {p} executors.")
                        for p in PROVIDERS}
@@ -82,7 +79,7 @@ class RunConsumer:
                 self._end_span(rid, "moved")  # its partition's next owner runs it on, in a span of its own
         for tp in tps:
             self._catchup_end.pop(tp, None)
-        self._running.set(len(self.workflows.runs))
+        self._metrics.running.set(len(self.workflows.runs))
 
     # -- records -------------------------------------------------------------------------------
 
@@ -108,7 +105,7 @@ class RunConsumer:
                 self._catchup_end[tp] = 0
             elif run is not None:
                 await self._execute(run, self.workflows.advance(run))
-        self._running.set(len(self.workflows.runs))
+        self._metrics.running.set(len(self.workflows.runs))
 
     def _fold(self, event: workflow_pb2.WorkflowEvent, tp: TopicPartition, offset: int) -> Run | None:
         kind = event.WhichOneof("event")
@@ -210,7 +207,7 @@ class RunConsumer:
             for action in actions:
                 if isinstance(action, Dispatch):
                     await self._tasks[action.provider].send(action.task, key=action.task.request_id, record=origin)
-                    self._dispatched.labels(action.provider).inc()
+                    self._metrics.dispatched.labels(action.provider).inc()
                 elif isinstance(action, Notify):
                     await self._replies.send(action.response, key=action.response.request_id,
                                              partition=action.reply_partition, record=origin)
@@ -218,12 +215,12 @@ class RunConsumer:
                     await self._ratings.send(action.feedback, key=action.feedback.response_id, record=origin)
                 elif isinstance(action, Replan):
                     await self._inner.send(action.request, key=action.request.request_id, record=origin)
-                    self._dispatched.labels("conductor").inc()
+                    self._metrics.dispatched.labels("conductor").inc()
                 elif isinstance(action, Finish):
                     await self._replies.send(action.response, key=action.response.request_id,
                                              partition=action.reply_partition, record=origin)
                     outcome = action.response.WhichOneof("outcome")
-                    self._responses.labels(outcome).inc()
+                    self._metrics.responses.labels(outcome).inc()
                     ended = action.response.error.code if outcome == "error" else outcome
                     log.info("request %s ended (%s) after %d step(s)", action.response.request_id, ended,
                              len(action.response.episode.steps))
@@ -234,7 +231,7 @@ class RunConsumer:
                 elif isinstance(action, Return):
                     # Keyed by the parent: its partition, and so the replica running it, gets the result.
                     await self._workflow.send(action.event, key=action.event.request_id, record=origin)
-                    self._responses.labels("returned").inc()
+                    self._metrics.responses.labels("returned").inc()
                     self._ended(run, origin, "returned")
         finally:
             otel_context.detach(token)
