@@ -17,6 +17,7 @@ from baton_platform import topics
 from baton_platform.config import load_config
 from baton_platform.service import Service
 from baton_platform.telemetry import setup_tracing
+from baton_platform.workerpool import WorkerPool
 from baton_synthesizer.handlers import RunConsumer
 from baton_synthesizer.runs import Runs
 from baton_workflow import Plan, to_proto
@@ -29,7 +30,8 @@ async def wiring(write_config):
     """The wiring on FastStream's in-memory broker; yields it and the responses it publishes."""
     config = load_config(write_config())
     service = Service.create("baton-synthesizer", config.kafka, setup_tracing("t", set_global=False))
-    w = RunConsumer(service, Runs(config.synthesizer, config.workers, max_steps=config.conductor.max_steps))
+    workers = WorkerPool(config.workers)
+    w = RunConsumer(service, Runs(config.synthesizer, workers, max_steps=config.conductor.max_steps), workers)
     responses: list[responses_pb2.Response] = []
 
     @service.broker.subscriber(topics.RESPONSES)

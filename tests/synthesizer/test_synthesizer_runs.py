@@ -1,10 +1,8 @@
-import os
 
-import yaml
-from testbed import MMLU_PRO
 
 from baton.v1 import common_pb2, requests_pb2, workflow_pb2
-from baton_platform.config import ConfigWatch, load_config
+from baton_platform.config import load_config
+from baton_platform.workerpool import WorkerPool
 from baton_synthesizer.runs import Dispatch, Finish, Runs
 from baton_workflow import Plan, to_proto
 
@@ -19,8 +17,8 @@ class Clock:
 
 def workflows(config, clock) -> Runs:
     """Runs with the settings the synthesizer's create_app gives them."""
-    return Runs(config.synthesizer, config.workers, max_steps=config.conductor.max_steps, judge=config.judge,
-                     clock=clock)
+    return Runs(config.synthesizer, WorkerPool(config.workers), max_steps=config.conductor.max_steps,
+                judge=config.judge, clock=clock)
 
 
 def setup(write_config, plan: Plan, step_timeout=60.0, fallback=None, budget=None, synthesizer=None):
@@ -92,39 +90,6 @@ def test_a_plan_naming_a_worker_this_service_was_not_configured_with_fails_at_on
     (finish,) = wf.advance(run)
     assert isinstance(finish, Finish) and finish.response.error.code == "unknown_worker"
     assert "'qwen-110b'" in finish.response.error.message and "configuration does not list" in finish.response.error.message
-
-
-def test_a_worker_added_to_the_configuration_file_is_served_once_a_plan_names_it(write_config):
-    """A router restarted with a worker added to the file: this service reads the file again when it
-    has changed, skips a half-written one, and sends the new worker its steps."""
-    from testbed import default_config_data
-
-    data = default_config_data()
-    path = write_config(data=data)
-    config = load_config(path)
-    wf = Runs(config.synthesizer, config.workers, max_steps=config.conductor.max_steps, clock=Clock(),
-                   watch=ConfigWatch(path))
-    plan = to_proto(Plan(workers=["qwen-110b"], subtasks=["a"], access=[[]]), backend="static")
-
-    def advance(request_id: str):
-        request = requests_pb2.ChatRequest(request_id=request_id, messages=[common_pb2.ChatMessage(role="user", content="Q?")])
-        return wf.advance(wf.on_planned(workflow_pb2.WorkflowPlanned(request=request, plan=plan)))
-
-    def rewrite(text: str, stamp_s: int) -> None:
-        path.write_text(text)
-        os.utime(path, ns=(stamp_s * 10**9, stamp_s * 10**9))  # a new modification time, however coarse the clock
-
-    (unchanged,) = advance("r1")
-    assert unchanged.response.error.code == "unknown_worker", "the file has not changed"
-    data["workers"].append({"name": "qwen-110b", "provider": "sim", "model": "Qwen1.5-110B",
-                            "sim": {"dataset": str(MMLU_PRO)}, "price": {"input_per_mtok": 0.9, "output_per_mtok": 0.9}})
-    full = yaml.safe_dump(data)
-    rewrite(full[: len(full) // 2] + "\n  - [", 1_000)
-    (half_written,) = advance("r2")
-    assert half_written.response.error.code == "unknown_worker", "a file that does not load is skipped"
-    rewrite(full, 2_000)
-    (dispatch,) = [a for a in advance("r3") if isinstance(a, Dispatch)]
-    assert dispatch.task.worker == "qwen-110b" and dispatch.provider == "sim"
 
 
 def test_a_failed_step_moves_to_the_workers_fallback(write_config):

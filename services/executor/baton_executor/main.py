@@ -19,6 +19,7 @@ from baton_platform import topics
 from baton_platform.config import PROVIDERS, BatonConfig, ConfigWatch, WorkerConfig, load_config
 from baton_platform.http import serve
 from baton_platform.service import Service
+from baton_platform.workerpool import WorkerPool
 
 log = logging.getLogger(__name__)
 
@@ -33,19 +34,19 @@ def create_app(config: BatonConfig, provider: str, tracer_provider: TracerProvid
     metrics = ExecutorMetrics(service.registry, provider)
     runner = StepRunner(workers, configs, limits, service.tracer_provider.get_tracer("baton.executor"), metrics,
                         config.executor.max_attempts)
-    watch = ConfigWatch()
+    pool = WorkerPool(config.workers, ConfigWatch())
 
     def added_workers() -> dict[str, WorkerLimits]:
         """Workers of this provider added to the configuration file since it was last read: their
         clients join the runner's; their limits are returned for the consumer to share out."""
-        fresh = watch.changed()
-        new = [w for w in fresh.workers if w.provider == provider and w.name not in configs] if fresh else []
+        new = [w for w in pool.refresh() if w.provider == provider]
         if not new:
             return {}
         try:
             workers.update(build_workers(new, provider, client))
         except Exception as e:  # noqa: BLE001 - a bad new worker (its API key unset) must not stop the others
             log.warning("workers added to the configuration cannot be served: %s", e)
+            pool.drop(w.name for w in new)  # offered again at the file's next change
             return {}
         configs.update({w.name: w for w in new})
         log.info("serving workers added to the configuration: %s", ", ".join(w.name for w in new))

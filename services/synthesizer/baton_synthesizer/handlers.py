@@ -29,8 +29,10 @@ from baton_platform.consumer import Record
 from baton_platform.kafka import client_options, read_since
 from baton_platform.messages import PoisonMessage
 from baton_platform.service import Service
+from baton_platform.workerpool import WorkerPool
 from baton_synthesizer.metrics import SynthesizerMetrics
 from baton_synthesizer.runs import Action, Dispatch, Finish, Notify, Rate, Replan, Return, Run, Runs
+from baton_workflow import CONDUCTOR
 
 log = logging.getLogger(__name__)
 
@@ -39,9 +41,10 @@ class RunConsumer:
     """Reads baton.workflow, folds each event into its run (`Runs`, which does no I/O) and carries out
     the actions that returns: steps to the executors, answers to the gateway, ratings, inner calls."""
 
-    def __init__(self, service: Service, workflows: Runs) -> None:
+    def __init__(self, service: Service, workflows: Runs, workers: WorkerPool) -> None:
         self.service = service
         self.workflows = workflows
+        self._workers = workers  # the pool `workflows` looks workers up in: refreshed here, where I/O belongs
         # Per partition: the end offset found when it was assigned; records before it are history.
         self._catchup_end: dict[TopicPartition, int] = {}
         self._last: Run | None = None  # the run the record being handled folded into
@@ -112,8 +115,11 @@ class RunConsumer:
         if kind == "planned":
             if not event.planned.request.request_id or not event.planned.plan.steps:
                 raise PoisonMessage("WorkflowPlanned without a request id or without steps")
-            return self.workflows.on_planned(event.planned, origin=(tp, offset),
-                                             trace_context=otel_context.get_current())
+            run = self.workflows.on_planned(event.planned, origin=(tp, offset),
+                                            trace_context=otel_context.get_current())
+            if run is not None and self._workers.lacks(w for w in run.plan.workers if w != CONDUCTOR):
+                self._workers.refresh()  # a router restarted with a worker added to the file plans for it
+            return run
         if kind == "step_completed":
             return self.workflows.on_completed(event.request_id, event.step_completed)
         if kind == "step_failed":

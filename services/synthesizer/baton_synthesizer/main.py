@@ -8,6 +8,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from baton_platform.config import BatonConfig, ConfigWatch, load_config
 from baton_platform.http import serve
 from baton_platform.service import Service
+from baton_platform.workerpool import WorkerPool
 from baton_synthesizer.handlers import RunConsumer
 from baton_synthesizer.runs import Runs
 
@@ -16,9 +17,9 @@ SERVICE_NAME = "baton-synthesizer"
 
 def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = None) -> AsgiFastStream:
     service = Service.create(SERVICE_NAME, config.kafka, tracer_provider)
-    workflows = Runs(config.synthesizer, config.workers, max_steps=config.conductor.max_steps, judge=config.judge,
-                          watch=ConfigWatch())
-    RunConsumer(service, workflows)
+    workers = WorkerPool(config.workers, ConfigWatch())
+    workflows = Runs(config.synthesizer, workers, max_steps=config.conductor.max_steps, judge=config.judge)
+    RunConsumer(service, workflows, workers)
     return service.asgi_app()
 
 

@@ -23,12 +23,13 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from baton.v1 import common_pb2, feedback_pb2, requests_pb2, responses_pb2, tasks_pb2, workflow_pb2
-from baton_platform.config import ConfigWatch, JudgeConfig, SynthesizerConfig, WorkerConfig
+from baton_platform.config import JudgeConfig, SynthesizerConfig
+from baton_platform.workerpool import WorkerPool
 from baton_synthesizer.judge import best, judge_messages, parse_scores
 from baton_workflow import CONDUCTOR, Plan, from_proto, query_text, readable_steps, ready_steps, turn
 from baton_workflow.errors import WorkflowError
@@ -127,13 +128,11 @@ class Run:
 class Runs:
     """The workflows this replica is running (a `Run` each, by request id): events in, actions out."""
 
-    def __init__(self, settings: SynthesizerConfig, workers: Sequence[WorkerConfig], *, max_steps: int,
-                 judge: JudgeConfig | None = None, clock: Callable[[], int] = _now_ms,
-                 watch: ConfigWatch | None = None) -> None:
+    def __init__(self, settings: SynthesizerConfig, workers: WorkerPool, *, max_steps: int,
+                 judge: JudgeConfig | None = None, clock: Callable[[], int] = _now_ms) -> None:
         self._settings = settings
-        self._workers = {w.name: w for w in workers}
-        # Workers added to the configuration file while this runs are taken from it when a plan names them.
-        self._watch = watch
+        # Looked up only: the wiring refreshes the pool from the file when a plan names a worker it lacks.
+        self._workers = workers
         if settings.group_answer == "judge" and judge is None:
             raise ValueError("synthesizer.group_answer 'judge' needs a judge")
         self._judge_worker = judge.worker if judge else ""
@@ -223,19 +222,6 @@ class Runs:
         run.newly_done.clear()
         return notes + self._decide(run)
 
-    def _unknown(self, names: Sequence[str]) -> list[str]:
-        """The workers among `names` this service cannot send steps to, after reading the
-        configuration file again if it changed (a router restarted with a worker added to it)."""
-        unknown = sorted({w for w in names if w != CONDUCTOR and w not in self._workers})
-        fresh = self._watch.changed() if unknown and self._watch else None
-        if fresh is not None:
-            added = [w for w in fresh.workers if w.name not in self._workers]
-            self._workers.update({w.name: w for w in added})
-            if added:
-                log.info("workers added to the configuration: %s", ", ".join(w.name for w in added))
-            unknown = [w for w in unknown if w not in self._workers]
-        return unknown
-
     def _decide(self, run: Run) -> list[Action]:
         if run.own_error is not None:
             return self._judge(run, None)
@@ -249,7 +235,7 @@ class Runs:
                 run.own_error = failure
                 return self._judge(run, None)
             return [self._finish(run, error=failure)]
-        unknown = self._unknown(run.plan.workers)
+        unknown = self._workers.lacks(w for w in run.plan.workers if w != CONDUCTOR)
         if unknown:
             return [self._finish(run, error=common_pb2.Error(code=WorkflowError.UNKNOWN_WORKER, message=(
                 f"the plan names {', '.join(map(repr, unknown))}, which the synthesizer's configuration does not "
