@@ -52,6 +52,22 @@ def test_each_workers_chance_on_unseen_questions_follows_its_group_given_or_gues
     assert set(one) == set(WORKERS) and one["orchard"] > one["observatory"]
 
 
+def test_a_guessed_group_counts_as_far_as_the_classifier_is_sure_of_it(fitted):
+    # A question of a group the estimate never saw still gets its nearest known group: routing it as
+    # if it surely were from that group is what lost points on held-out subjects.
+    clear, vague = "Tell me about the fruit called kiwi.", "Tell me about the thing called zork."
+    guessed, confidence = fitted.guess.guess(fitted.policy, [clear, vague])
+    assert 0.5 < confidence[1] < confidence[0] <= 1.0, confidence
+
+    def heads(question, group):
+        return fitted.policy.values([question], [group], cost_weight=0.0)[0]
+
+    for question, group, sure in zip([clear, vague], guessed, confidence, strict=True):
+        expected = sure * heads(question, group) + (1 - sure) * heads(question, None)
+        np.testing.assert_allclose(fitted.chances([question])[0], np.clip(expected, 0, 1), rtol=1e-9)
+    np.testing.assert_allclose(fitted.chances([vague], ["planet"])[0], np.clip(heads(vague, "planet"), 0, 1))
+
+
 def test_a_saved_estimate_loads_to_the_same_chances_and_a_wrong_directory_is_a_clear_error(fitted, tmp_path):
     questions = ["Describe the fruit lime briefly.", "Describe the planet eris briefly."]
     loaded = Evidence.load(fitted.save(tmp_path / "evidence"))

@@ -5,9 +5,9 @@ cheap worker gets right and the strong one does not; an outcome matrix can. `Evi
 fast policy learns from one: a head per worker predicting its chance to be right from the question's
 text and group (its `eval_name`, e.g. the MMLU-Pro subject), shrunk towards the worker's mean as far as
 cross-validation trusts it (`Policy.values` at cost weight 0). A served request seldom names its group,
-so a classifier over the same text features guesses it when it is missing: on MMLU-Pro the heads are
-worth 2.2 points over the best single worker with the subject and 0.6 without it, and 1.8 with the
-guessed one (500 held-out rows).
+so a classifier over the same text features guesses it when it is missing, and the guessed group
+counts as far as the classifier is sure of it (`Evidence.chances`): a question from a subject the
+estimate never saw should not be routed as if it were from the nearest one it knows.
 
 The conductor's prompt shows the estimate (`baton_conductor.prompt.evidence_note`), so the model plans
 with evidence rather than from cards alone. The trainer shows out-of-fold estimates on its training
@@ -56,9 +56,12 @@ class GroupGuess:
             coef, intercept = np.vstack([np.zeros_like(coef), coef]), np.concatenate([[0.0], intercept])
         return cls(list(clf.classes_), coef.astype(np.float32), intercept.astype(np.float64))
 
-    def guess(self, policy: Policy, prompts: Sequence[str]) -> list[str]:
-        scores = policy.featurizer.transform(prompts, None) @ self.coef.T + self.intercept
-        return [self.groups[j] for j in np.asarray(scores).argmax(1)]
+    def guess(self, policy: Policy, prompts: Sequence[str]) -> tuple[list[str], np.ndarray]:
+        """Each prompt's likeliest group and the classifier's probability for it."""
+        scores = np.asarray(policy.featurizer.transform(prompts, None) @ self.coef.T + self.intercept)
+        scores = np.exp(scores - scores.max(1, keepdims=True))
+        probs = scores / scores.sum(1, keepdims=True)
+        return [self.groups[j] for j in probs.argmax(1)], probs.max(1)
 
 
 @dataclasses.dataclass
@@ -79,13 +82,22 @@ class Evidence:
         return cls(policy, GroupGuess.fit(policy, matrix.prompts, matrix.eval_names))
 
     def chances(self, prompts: Sequence[str], groups: Sequence[str | None] | None = None) -> np.ndarray:
-        """[n, workers] chances in [0, 1], in `workers` order; a missing group is guessed from the text."""
+        """[n, workers] chances in [0, 1], in `workers` order.
+
+        A missing group is guessed from the text, and the guess is only as good as the classifier's
+        confidence: a question from a group it never saw still gets its nearest known group, whose
+        best worker is often not this question's. So a guessed row's chances are the expectation over
+        whether the guess is right: the guessed group's heads weighted by the classifier's
+        probability for it, the heads with no group by the rest."""
         given: list[str | None] = list(groups) if groups is not None else [None] * len(prompts)
+        values = self.policy.values(prompts, given, cost_weight=0.0)
         missing = [i for i, g in enumerate(given) if not g]
         if missing and self.guess is not None:
-            for i, g in zip(missing, self.guess.guess(self.policy, [prompts[i] for i in missing]), strict=True):
-                given[i] = g
-        return np.clip(self.policy.values(prompts, given, cost_weight=0.0), 0.0, 1.0)
+            asked = [prompts[i] for i in missing]
+            guessed, confidence = self.guess.guess(self.policy, asked)
+            sure = confidence[:, None]
+            values[missing] = sure * self.policy.values(asked, guessed, cost_weight=0.0) + (1 - sure) * values[missing]
+        return np.clip(values, 0.0, 1.0)
 
     def chance_of(self, prompt: str, group: str | None = None) -> dict[str, float]:
         """One question's chances by worker name."""
