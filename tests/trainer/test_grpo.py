@@ -41,8 +41,8 @@ def config_data(max_depth: int = 0) -> dict:
     # Short prompts keep the tiny model's sequences short; the prompt is otherwise the router's own.
     # The tiny model is warm-started over the three workers, so the conductor is not in its pool.
     data["conductor"].update(prompt_example=False, max_steps=3, max_subtask_chars=160, max_depth=max_depth)
-    # GRPO here trains on the prompt without the router's estimate, so it is served without one
-    # (`warm-start --evidence` trains the conductor that is shown it).
+    # No router's estimate: the tiny model's prompts stay short (GRPO shows the estimate when the config
+    # sets one, as the router does; test_grpo_estimate.py).
     data["conductor"].pop("evidence", None)
     return data
 

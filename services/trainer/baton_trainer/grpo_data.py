@@ -301,8 +301,12 @@ class PromptSet:
 
 def build_prompts(conversations: Iterable[Sequence[Mapping[str, str]]], config: BatonConfig, *,
                   outcomes: OutcomeTable | None = None, require_outcome: bool = True,
-                  spread_only: bool = False, limit: int | None = None) -> PromptSet:
+                  spread_only: bool = False, limit: int | None = None,
+                  estimate: Mapping[str, Mapping[str, float]] | None = None) -> PromptSet:
     """One training prompt per distinct query (the last user message of each conversation).
+
+    `estimate` maps a query's key to the router's estimate the prompt shows (`shown_estimate`), as the
+    router shows it when the config sets `conductor.evidence`.
 
     With `outcomes` and `require_outcome`, a query none of the pool's workers has a logged outcome on is
     left out: every valid plan for it would score the same, which teaches nothing about routing. With
@@ -329,11 +333,39 @@ def build_prompts(conversations: Iterable[Sequence[Mapping[str, str]]], config: 
         # The router's own path from a request to the conductor's messages, so training and serving
         # prompts cannot drift apart.
         request = requests_pb2.ChatRequest(messages=[common_pb2.ChatMessage(**m) for m in messages])
-        prompt = prompter.messages(request)
+        prompt = prompter.messages(request, estimate.get(key) if estimate is not None else None)
         rows.append({"prompt": prompt, "query_key": key, "query": user[-1]})
         if limit is not None and len(rows) >= limit:
             break
     return PromptSet(rows, list(prompter.worker_names), prompter.bounds)
+
+
+def shown_estimate(config: BatonConfig, conversations: Iterable[Sequence[Mapping[str, str]]],
+                   matrix: OutcomeMatrix | None = None) -> dict[str, dict[str, float]] | None:
+    """The router's estimate each training query's prompt shows (by query key), or None when the config
+    sets no `conductor.evidence` and the router shows none: a conductor trained on prompts without the
+    estimate would be served prompts with it.
+
+    A logged query gets what the router showed it, the config's estimate guessing its subject from the
+    text. A matrix question gets the estimate fitted without its fold (`out_of_fold`), as the warm start
+    shows it: the configured estimate was fitted on such questions, and on them is surer than it is on
+    the new questions it is served."""
+    if config.conductor.evidence is None:
+        return None
+    from baton_policy.evidence import Evidence, out_of_fold
+
+    served = Evidence.load(config.conductor.evidence)
+    shown: dict[str, dict[str, float]] = {}
+    for conversation in conversations:
+        user = [m["content"] for m in conversation if m["role"] == "user"]
+        if user and user[-1].strip():
+            shown.setdefault(query_key(user[-1]), served.chance_of(user[-1]))
+    if matrix is not None:
+        scored = [w for w in config.workers if matrix_column(w, matrix.models) is not None]
+        pool = pool_matrix(matrix, scored)
+        for prompt, row in zip(pool.prompts, out_of_fold(pool), strict=True):
+            shown[query_key(prompt)] = dict(zip(pool.models, row.tolist(), strict=True))
+    return shown
 
 
 def episode_conversations(rows: Iterable[Mapping]) -> list[list[dict[str, str]]]:
@@ -374,7 +406,8 @@ def load_training_data(config: BatonConfig, *, episodes: str | Path | None = Non
     if matrix is not None:
         table = table.merge(outcomes_from_matrix(matrix, config.workers))
         conversations += [[{"role": "user", "content": p}] for p in matrix.prompts]
-    prompts = build_prompts(conversations, config, outcomes=table, spread_only=spread_only, limit=limit)
+    prompts = build_prompts(conversations, config, outcomes=table, spread_only=spread_only, limit=limit,
+                            estimate=shown_estimate(config, conversations, matrix))
     if not len(prompts):
         raise ValueError("no query has a logged outcome for any worker of the pool: nothing to train on")
     return TrainingData(prompts, table)
