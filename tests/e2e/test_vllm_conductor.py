@@ -1,7 +1,8 @@
 """The router plans on vLLM's engine in process (the CPU build, SmolLM2-135M), every service its own
-process on a real broker: questions through the official client are planned by vLLM under the JSON
-schema, every plan parses, log-probs reach the episodes, and LoRA versions the trainer publishes roll
-out to the router live, a bad one is refused while the served one stays, and a rollback works.
+process on a real broker: questions through the official client are planned by vLLM under the plan
+grammar, every plan is valid (none is replaced by the fallback plan), log-probs reach the episodes, and
+LoRA versions the trainer publishes roll out to the router live, a bad one is refused while the served
+one stays, and a rollback works.
 
 The router runs from the vLLM environment (tools/vllm/setup.sh), as `baton up` starts it."""
 
@@ -34,6 +35,11 @@ def trainer(*args: str, config: Path, bootstrap: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def structure(info: dict) -> list[tuple[str, object]]:
+    """A served plan's workers and what each step reads."""
+    return [(s["worker"], s["access"]) for s in info["plan"]["steps"]]
+
+
 def router_metric(stack: Stack, line_start: str) -> float:
     router = next(s for s in stack.services if s.name == "router")
     text = urllib.request.urlopen(f"http://127.0.0.1:{router.port}/metrics", timeout=10).read().decode()
@@ -46,9 +52,12 @@ def test_the_router_plans_on_vllm_and_serves_published_lora_versions(kafka_boots
 
     data = default_config_data()
     # Instructions of at most 40 characters: the longest plan the schema allows fits in max_tokens.
+    # No worked example, as the shipped config: the router refuses a plan that copies it, which no grammar
+    # can rule out.
     data["conductor"] = {"backend": "vllm", "max_steps": 3, "max_subtask_chars": 40, "plan": data["conductor"]["plan"],
+                         "prompt_example": False,
                          # Greedy, so that a version's effect on the plans shows.
-                         "vllm": {"constraint": "json_schema", "temperature": 0.0, "max_tokens": 192,
+                         "vllm": {"constraint": "grammar", "temperature": 0.0, "max_tokens": 192,
                                   "max_model_len": 2048, "max_loras": 2, "max_lora_rank": MAX_RANK}}
     data["kafka"] = {"partitions": 2, "session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
     data["reward_logger"] = {"flush_interval_s": 0.5}
@@ -111,16 +120,19 @@ def test_the_router_plans_on_vllm_and_serves_published_lora_versions(kafka_boots
     print("plans:", json.dumps([[(s["worker"], s["instruction"][:50], s["access"]) for s in i["plan"]["steps"]]
                                 for i in base + on_v1]))
     assert all(info["plan"]["backend"] == "vllm" for info in base + on_v1)
+    written = [r for r in rows if r["plan_backend"] == "vllm"]
+    assert len(written) == len(questions)
+    # Under the plan grammar a plan the router refuses is a defect: the grammar says every rule a plan
+    # must keep (known workers, equal list lengths, earlier-only access, the step bound).
+    assert [r["plan_invalid_reason"] for r in written if r["plan_fallback"]] == []
+    served = [*base, *on_v1, after_v2, back, named]
+    assert [i["plan"]["steps"] for i in served if i["plan"]["fallback"]] == []
     assert {i["plan"]["policy_version"] for i in base} == {BASE}
     assert {i["plan"]["policy_version"] for i in on_v1} == {"v1"}
     assert [i["plan"]["steps"] for i in on_v1] != [i["plan"]["steps"] for i in base], "the adapter changed plans"
     assert after_v2["plan"]["policy_version"] == "v1"
-    assert back["plan"]["steps"] == on_v1[0]["plan"]["steps"]
+    # The same workers and reads as v1 wrote; the instructions a random adapter writes sit on near-tied
+    # logits, whose greedy choice a reload of the adapter into another slot may flip.
+    assert structure(back) == structure(on_v1[0])
     assert named["plan"]["policy_version"] == "v3"
-    written = [r for r in rows if r["plan_backend"] == "vllm"]
-    assert len(written) == len(questions)
-    # JSON-schema mode: every plan parses (a fallback, if any, is for a rule the schema cannot say:
-    # equal list lengths, earlier-only access).
-    assert not [r["plan_invalid_reason"] for r in written if "unparseable" in (r["plan_invalid_reason"] or "")]
-    print("fallbacks:", [r["plan_invalid_reason"] for r in written if r["plan_fallback"]])
     assert all(r["plan_token_logprobs"] and max(r["plan_token_logprobs"]) <= 0 for r in written)
