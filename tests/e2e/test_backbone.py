@@ -305,7 +305,7 @@ async def test_feedback_and_published_policies_reach_the_suite(stack, client):
 
         record = await asyncio.wait_for(ours(), 20)
         fb = feedback_pb2.Feedback.FromString(record.value)
-        assert (record.key, fb.response_id, fb.score) == (b"r42", "r42", 0.5)
+        assert (record.key, fb.response_id, fb.score, fb.tenant) == (b"r42", "r42", 0.5, "team")
     finally:
         await consumer.stop()
     producer = AIOKafkaProducer(bootstrap_servers=stack.bootstrap_servers)
@@ -325,7 +325,7 @@ async def test_feedback_and_published_policies_reach_the_suite(stack, client):
                 if r["response_id"] == "r42"]
 
     (row,) = wait_for(feedback_rows, 20)
-    assert row["score"] == 0.5
+    assert (row["score"], row["tenant"]) == (0.5, "team"), "the rating names the tenant of the key that sent it"
 
 
 def test_a_client_cannot_choose_its_grader_or_run_code_through_it(stack, client, tmp_path):

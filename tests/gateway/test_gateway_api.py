@@ -58,15 +58,20 @@ def test_a_budget_rides_in_openai_metadata():
             budget_from(bad)
 
 
-def test_feedback_is_validated_and_joins_on_the_request_id():
-    from baton_gateway.api import parse_feedback
+def test_feedback_is_validated_joins_on_the_request_id_and_names_its_tenant():
+    from baton_gateway.api import MAX_COMMENT_CHARS, parse_feedback
 
-    fb = parse_feedback(json.dumps({"response_id": "chatcmpl-abc", "score": 1, "comment": "good"}).encode())
-    assert fb.response_id == "abc" and fb.score == 1.0 and fb.comment == "good"
+    fb = parse_feedback(json.dumps({"response_id": "chatcmpl-abc", "score": 1, "comment": "good"}).encode(), "acme")
+    assert (fb.response_id, fb.score, fb.comment, fb.tenant, fb.source) == ("abc", 1.0, "good", "acme", "user")
     with pytest.raises(ApiError, match="score"):
-        parse_feedback(json.dumps({"response_id": "x", "score": 5}).encode())
+        parse_feedback(json.dumps({"response_id": "x", "score": 5}).encode(), "acme")
     with pytest.raises(ApiError, match="response_id"):
-        parse_feedback(b'{"score": 0}')
+        parse_feedback(b'{"score": 0}', "acme")
+    with pytest.raises(ApiError, match="comment"):
+        parse_feedback(json.dumps({"response_id": "x", "score": 0, "comment": "x" * (MAX_COMMENT_CHARS + 1)}).encode(),
+                       "acme")
+    with pytest.raises(ApiError, match="tenant"):  # the tenant is the key's, never the body's
+        parse_feedback(json.dumps({"response_id": "x", "score": 0, "tenant": "other"}).encode(), "acme")
 
 
 @pytest.mark.parametrize("value", [

@@ -99,6 +99,22 @@ def test_the_request_rate_is_per_key_with_retry_after():
     gate.admit(slow)
 
 
+def test_ratings_are_limited_per_key_sixty_a_minute_by_default():
+    clock = Clock()
+    gate = Gatekeeper(*settings(), env={}, clock=clock)
+    acme, feedback_only = gate.authenticate(bearer(ACME), "feedback"), gate.authenticate(bearer(FEEDBACK_ONLY), "feedback")
+    for _ in range(60):
+        gate.admit_feedback(acme)
+    with pytest.raises(ApiError) as err:
+        gate.admit_feedback(acme)
+    assert (err.value.status, err.value.code, err.value.type) == (429, "rate_limit_exceeded", "requests")
+    assert "ratings per minute" in err.value.message and err.value.headers == {"retry-after": "1"}
+    gate.admit_feedback(feedback_only)  # another key of the same tenant has its own
+    gate.admit(gate.authenticate(bearer(ACME), "chat"))  # and ratings do not count against chat requests
+    clock.now += 1
+    gate.admit_feedback(acme)
+
+
 def test_the_token_rate_counts_the_tokens_of_answers():
     clock = Clock()
     gate = Gatekeeper(*settings(), env={}, clock=clock)

@@ -3,6 +3,7 @@ import posixpath
 import uuid
 
 import fsspec
+import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 
@@ -210,25 +211,52 @@ async def test_a_record_revoked_while_it_is_graded_is_written_once_by_the_next_r
     assert rows == [2], "the record is written once, not once per reading"
 
 
-def test_episodes_without_a_reference_take_their_quality_from_feedback(tmp_path):
-    from baton_trainer.logged import read_episodes, read_feedback
-
+def policy_episodes(root, tenants):
+    """Episodes of requests r0, r1, ... by `tenants`, routed by the policy, with no reference answer."""
     records = []
-    for i in range(3):
+    for i, tenant in enumerate(tenants):
         r = response(i)
+        r.episode.request.tenant = tenant
         r.episode.plan.backend, r.episode.plan.action, r.episode.plan.propensity = "policy", "m", 0.5
         records.append(Record(0, i, episode_row(r, score(r, "quality_minus_cost", 0.0), 0, i), r.completed_unix_ms))
-    DatasetWriter(tmp_path / "episodes", "baton.responses", EPISODE_SCHEMA).write(0, records)
-    judged = [feedback_pb2.Feedback(response_id="r0", score=1.0, source="judge", created_unix_ms=1_764_000_000_000),
-              feedback_pb2.Feedback(response_id="r0", score=0.5, source="user", created_unix_ms=1_764_000_000_000),
-              feedback_pb2.Feedback(response_id="r2", score=0.0, source="judge", created_unix_ms=1_764_000_000_000)]
-    DatasetWriter(tmp_path / "feedback", "baton.feedback", FEEDBACK_SCHEMA).write(
-        0, [Record(0, i, feedback_row(f, 0, i), f.created_unix_ms) for i, f in enumerate(judged)])
+    DatasetWriter(root, "baton.responses", EPISODE_SCHEMA).write(0, records)
+
+
+def write_feedback(root, ratings, schema=FEEDBACK_SCHEMA, first_offset=0):
+    rows = [Record(0, first_offset + i, feedback_row(f, 0, first_offset + i), 1_764_000_000_000)
+            for i, f in enumerate(ratings)]
+    DatasetWriter(root, "baton.feedback", schema).write(0, rows)
+
+
+def test_episodes_without_a_reference_take_their_quality_from_their_own_tenants_ratings(tmp_path):
+    from baton_trainer.logged import read_episodes, read_feedback
+
+    policy_episodes(tmp_path / "episodes", ["acme", "acme", "acme"])
+    write_feedback(tmp_path / "feedback", [
+        feedback_pb2.Feedback(response_id="r0", score=1.0, source="judge", tenant="acme"),
+        feedback_pb2.Feedback(response_id="r0", score=0.5, source="user", tenant="acme"),
+        feedback_pb2.Feedback(response_id="r1", score=-1.0, source="user", tenant="rival"),  # not its request
+        feedback_pb2.Feedback(response_id="r2", score=0.0, source="judge", tenant="acme")])
     assert read_episodes(tmp_path / "episodes") == [], "no reference, no feedback: nothing to learn from"
     feedback = read_feedback(tmp_path / "feedback")
-    assert feedback == {"r0": 0.75, "r2": 0.0}
+    assert feedback == {("r0", "acme"): 0.75, ("r1", "rival"): -1.0, ("r2", "acme"): 0.0}
     logged = read_episodes(tmp_path / "episodes", feedback=feedback)
     assert [(x.request_id, x.episode.reward) for x in logged] == [("r0", 0.75), ("r2", 0.0)]
+
+
+def test_ratings_written_before_they_named_a_tenant_join_only_episodes_that_name_none(tmp_path):
+    from baton_trainer.logged import read_episodes, read_feedback
+
+    policy_episodes(tmp_path / "episodes", ["", "acme"])
+    # The first file was written before the column existed: the dataset's schema is that file's.
+    old = pa.schema([f for f in FEEDBACK_SCHEMA if f.name != "tenant"])
+    write_feedback(tmp_path / "feedback", [feedback_pb2.Feedback(response_id=r, score=1.0) for r in ("r0", "r1")], old)
+    write_feedback(tmp_path / "feedback", [feedback_pb2.Feedback(response_id="r1", score=0.5, tenant="acme")],
+                   first_offset=2)
+    feedback = read_feedback(tmp_path / "feedback")
+    assert feedback == {("r0", None): 1.0, ("r1", None): 1.0, ("r1", "acme"): 0.5}
+    logged = read_episodes(tmp_path / "episodes", feedback=feedback)
+    assert [(x.request_id, x.episode.reward) for x in logged] == [("r0", 1.0), ("r1", 0.5)]
 
 
 def test_a_flush_lists_the_dataset_once_per_partition_taken_over_however_many_files_a_day_holds(tmp_path):

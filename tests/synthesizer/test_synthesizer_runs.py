@@ -284,6 +284,7 @@ def judged_group(write_config, wait_s=None, stream=False, actions=None):
     for k in range(3):
         request = requests_pb2.ChatRequest(request_id="g" if k == 0 else f"g.{k}", group_id="g", candidate=k,
                                            group_size=3, reply_partition=1, created_unix_ms=clock.now,
+                                           tenant="acme",
                                            messages=[common_pb2.ChatMessage(role="user", content="Q?")],
                                            stream=stream and k == 0)
         runs.append(wf.on_planned(workflow_pb2.WorkflowPlanned(request=request, plan=plan)))
@@ -329,8 +330,8 @@ def test_the_judge_gives_the_client_the_best_candidates_answer_and_rates_every_o
     assert judge_record.own_answer == "The answer is (A)."
     assert finish.response.episode.total.calls == 2, "its own step and the judge's call"
     assert all(isinstance(r, Rate) for r in rates)
-    assert [(r.feedback.response_id, r.feedback.score, r.feedback.source) for r in rates] == [
-        ("g", 0.2, "judge"), ("g.1", 0.9, "judge"), ("g.2", 0.9, "judge")]
+    assert [(r.feedback.response_id, r.feedback.score, r.feedback.source, r.feedback.tenant) for r in rates] == [
+        ("g", 0.2, "judge", "acme"), ("g.1", 0.9, "judge", "acme"), ("g.2", 0.9, "judge", "acme")]
 
 
 def test_without_a_usable_judgement_the_client_gets_its_own_candidates_answer(write_config):

@@ -35,14 +35,19 @@ class ApiError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
+MAX_COMMENT_CHARS = 1000  # a rating's note for people; the trainer reads only the score
+
+
 class FeedbackIn(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     response_id: str = Field(min_length=1, max_length=200, description="The completion's id (chatcmpl-...) or request id.")
     score: float = Field(ge=-1, le=1, description="-1 (bad) to 1 (good).")
-    comment: str = Field(default="", max_length=4000)
+    comment: str = Field(default="", max_length=MAX_COMMENT_CHARS)
 
 
-def parse_feedback(raw: bytes) -> feedback_pb2.Feedback:
+def parse_feedback(raw: bytes, tenant: str) -> feedback_pb2.Feedback:
+    """A rating from its JSON body, stamped with the caller's tenant: the trainer counts it only for
+    that tenant's own requests, so a key cannot steer training by rating other tenants' answers."""
     try:
         fb = FeedbackIn.model_validate_json(raw)
     except ValidationError as e:
@@ -50,7 +55,8 @@ def parse_feedback(raw: bytes) -> feedback_pb2.Feedback:
         param = ".".join(str(p) for p in first["loc"]) or None
         raise ApiError(400, f"invalid feedback: {param}: {first['msg']}", param=param) from None
     return feedback_pb2.Feedback(response_id=fb.response_id.removeprefix("chatcmpl-"), score=fb.score,
-                                 comment=fb.comment, created_unix_ms=int(time.time() * 1000), source="user")
+                                 comment=fb.comment, created_unix_ms=int(time.time() * 1000), source="user",
+                                 tenant=tenant)
 
 
 def parse_chat_request(raw: bytes, known_models: set[str]) -> ChatCompletionRequest:

@@ -93,6 +93,7 @@ class Gatekeeper:
                               "gateway.auth: none for a gateway on loopback")
         self._requests: dict[str, Bucket] = {}
         self._tokens: dict[str, Bucket] = {}
+        self._ratings: dict[str, Bucket] = {}
         self.spent: dict[str, float] = {}
         # request id -> the key that sent it, until its final response settles it.
         self._pending: OrderedDict[str, tuple[Principal, float]] = OrderedDict()
@@ -178,10 +179,23 @@ class Gatekeeper:
         if requests is not None:
             requests.level -= 1
 
+    def admit_feedback(self, principal: Principal) -> None:
+        """Raise a 429 when the key is over its tenant's feedback rate; else count the rating."""
+        if self.open:
+            return
+        per_minute = self._tenants[principal.tenant].feedback_per_minute
+        if per_minute is None:
+            return
+        limit, now = max(1.0, per_minute * self._share_now()), self._clock()
+        bucket = self._ratings.setdefault(principal.digest, Bucket(limit, now))
+        if bucket.refill(limit, now) < 1:
+            self._limited("ratings per minute", limit, bucket.seconds_until(1))
+        bucket.level -= 1
+
     @staticmethod
     def _limited(what: str, limit: float, wait_s: float) -> None:
         retry = max(1, math.ceil(wait_s))
-        kind = "requests" if what.startswith("requests") else "tokens"
+        kind = "tokens" if what.startswith("tokens") else "requests"
         raise ApiError(429, f"Rate limit reached for this API key on {what}: limit {limit:g}. Please try again in "
                        f"{retry}s.", type=kind, code="rate_limit_exceeded", headers={"retry-after": str(retry)})
 

@@ -337,8 +337,9 @@ class Api:
 
     async def feedback(self, request: Request) -> Response:
         try:
-            self.authorize(request, "feedback")
-            fb = parse_feedback(await self.read_body(request))
+            principal = self.authorize(request, "feedback")
+            self._gate.admit_feedback(principal)
+            fb = parse_feedback(await self.read_body(request), principal.tenant)
             try:
                 await self._feedback_out.send(fb, key=fb.response_id)
             except Exception as e:  # noqa: BLE001 - the broker is unreachable: say so

@@ -54,6 +54,7 @@ EPISODE_SCHEMA = pa.schema([
 FEEDBACK_SCHEMA = pa.schema([
     ("response_id", pa.string()), ("score", pa.float64()), ("comment", pa.string()), ("source", pa.string()),
     ("created_unix_ms", pa.int64()), ("source_partition", pa.int32()), ("source_offset", pa.int64()),
+    ("tenant", pa.string()),
 ])
 
 
@@ -102,7 +103,8 @@ def _json(message) -> str:
 
 def feedback_row(fb: feedback_pb2.Feedback, partition: int, offset: int) -> dict:
     return {"response_id": fb.response_id, "score": fb.score, "comment": fb.comment, "source": fb.source or "user",
-            "created_unix_ms": fb.created_unix_ms, "source_partition": partition, "source_offset": offset}
+            "created_unix_ms": fb.created_unix_ms, "source_partition": partition, "source_offset": offset,
+            "tenant": fb.tenant or None}
 
 
 # What pyarrow raises for a value its column's type cannot hold.

@@ -496,6 +496,7 @@ class Runs:
                 judgement.chosen = best(scores)
                 now = self._clock()
                 rates = [Rate(feedback_pb2.Feedback(response_id=rid, score=score, source="judge", created_unix_ms=now,
+                                                    tenant=run.request.tenant,
                                                     comment=f"scored by {judgement.worker} among {len(scores)} answers"))
                          for rid, score in zip(judgement.request_ids, scores)]
         else:

@@ -10,6 +10,7 @@ import os
 import posixpath
 
 import fsspec
+import pyarrow as pa
 import pyarrow.dataset as ds
 
 
@@ -28,3 +29,11 @@ def open_dataset(root: str | os.PathLike) -> ds.Dataset | None:
     if not files:
         return None
     return ds.dataset(files, filesystem=fs, format="parquet", partitioning="hive", partition_base_dir=path)
+
+
+def with_string_column(dataset: ds.Dataset, name: str) -> ds.Dataset:
+    """`dataset` with a string column `name`, null in the files written before it existed (the schema
+    is the first file's, so a column added later is otherwise not read at all)."""
+    if name in dataset.schema.names:
+        return dataset
+    return dataset.replace_schema(dataset.schema.append(pa.field(name, pa.string())))

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x62\x61ton/v1/feedback.proto\x12\x08\x62\x61ton.v1\"h\n\x08\x46\x65\x65\x64\x62\x61\x63k\x12\x13\n\x0bresponse_id\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x01\x12\x0f\n\x07\x63omment\x18\x03 \x01(\t\x12\x17\n\x0f\x63reated_unix_ms\x18\x04 \x01(\x03\x12\x0e\n\x06source\x18\x05 \x01(\tb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x62\x61ton/v1/feedback.proto\x12\x08\x62\x61ton.v1\"x\n\x08\x46\x65\x65\x64\x62\x61\x63k\x12\x13\n\x0bresponse_id\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x01\x12\x0f\n\x07\x63omment\x18\x03 \x01(\t\x12\x17\n\x0f\x63reated_unix_ms\x18\x04 \x01(\x03\x12\x0e\n\x06source\x18\x05 \x01(\t\x12\x0e\n\x06tenant\x18\x06 \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,5 +32,5 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'baton.v1.feedback_pb2', _gl
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_FEEDBACK']._serialized_start=37
-  _globals['_FEEDBACK']._serialized_end=141
+  _globals['_FEEDBACK']._serialized_end=157
 # @@protoc_insertion_point(module_scope)

@@ -74,6 +74,8 @@ class TenantConfig(_Strict):
                               description="Policies (the OpenAI `model`) the tenant may use; '*' is every one.")
     requests_per_minute: int | None = Field(default=None, gt=0, description="Per key; unset: no limit.")
     tokens_per_minute: int | None = Field(default=None, gt=0, description="Per key, input plus output; unset: no limit.")
+    feedback_per_minute: int | None = Field(default=60, gt=0,
+                                            description="Ratings (POST /v1/feedback) per key; unset: no limit.")
     budget_usd: float | None = Field(default=None, gt=0,
                                      description="Spend after which the tenant's calls get 429 insufficient_quota.")
     keys: list[TenantKey] = Field(default_factory=list)
