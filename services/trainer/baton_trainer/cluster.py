@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from .episode_dataset import open_dataset
+from baton_platform.dataset import open_dataset
 
 LAST_RUN_LABEL = "baton.io/episodes"
 

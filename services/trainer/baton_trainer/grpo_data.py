@@ -140,7 +140,7 @@ def read_episodes(directory: str | Path) -> list[dict]:
     """Episode rows from the reward logger's dataset: `directory` is its `episodes/` folder or the
     dataset root above it, a local path or an fsspec URL (s3://bucket/prefix). Only the columns
     training needs are read."""
-    from .episode_dataset import locate, open_dataset
+    from baton_platform.dataset import locate, open_dataset
 
     root = str(directory).rstrip("/")
     fs, path = locate(root)

@@ -7,9 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from baton_platform.dataset import open_dataset, with_string_column
 from baton_policy.fastpolicy import Episode
-
-from .episode_dataset import open_dataset, with_string_column
 
 # A rating counts for the episode whose request id and tenant it names: the gateway stamps each rating
 # with its caller's tenant, so a key cannot steer training by rating another tenant's answers.
