@@ -9,7 +9,7 @@ PY := .venv/bin/python
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: help install proto docs kafka helm vllm gpu-check promtool lint test test-fast chaos chaos-crash demo train-demo train-conductor up down bench images k8s-images k8s-tools k8s-up k8s-down k8s-test clean
+.PHONY: help install proto docs kafka helm vllm gpu-check promtool browser lint test test-fast chaos chaos-crash demo train-demo train-conductor up down bench images k8s-images k8s-tools k8s-up k8s-down k8s-test clean
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  %-12s %s\n", $$1, $$2}'
@@ -45,11 +45,15 @@ gpu-check: install ## On a GPU machine: vLLM's CUDA build runs the conductor; pl
 promtool: ## promtool, which tests the chart's alert rules, from Debian's prometheus package (needs apt and root)
 	@command -v promtool >/dev/null || { apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 
+browser: ## Chromium and its driver, which test the console's pages, from Debian's packages (needs apt and root)
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { apt-get update -qq && \
+		apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null; }
+
 lint: install ## ruff (lint and import order) and mypy (types), configured in pyproject.toml
 	.venv/bin/ruff check .
 	.venv/bin/mypy
 
-test: install kafka helm vllm promtool lint ## ruff and mypy, then the whole suite: every tier, in memory to e2e (starts its own Kafka), and the chart
+test: install kafka helm vllm promtool browser lint ## ruff and mypy, then the whole suite: every tier, in memory to e2e (starts its own Kafka), and the chart
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-fast: install ## Tests without a broker, service processes or the vLLM engine (the tiers are markers: tests/conftest.py)

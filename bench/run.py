@@ -471,7 +471,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> None:
             tracing = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
                        "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
                        "OTEL_TRACES_SAMPLER_ARG": str(plan.trace_sample)}
-            baton = Stack(work / "stack", config_file=config, gateway_port=free_port(),
+            baton = Stack(work / "stack", config_file=config, gateway_port=free_port(), console_port=free_port(),
                           bootstrap_servers=kafka.bootstrap_servers, env=tracing)
             baton.start(echo=echo)
             cleanup.callback(baton.stop)

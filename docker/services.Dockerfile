@@ -26,7 +26,7 @@ ENV UV_COMPILE_BYTECODE=1 \
 # Workspace members installed into the venv. Narrow it to build a one-service image, or choose the
 # extras with UV_EXTRA_ARGS: the default carries the router's `policy` backend (the trained routing
 # policy, CPU only); "--extra transformers" gives the CPU conductor.
-ARG PACKAGES="baton-gateway baton-router baton-synthesizer baton-executor baton-reward-logger"
+ARG PACKAGES="baton-gateway baton-router baton-synthesizer baton-executor baton-reward-logger baton-console"
 ARG UV_EXTRA_ARGS="--extra policy"
 WORKDIR /src
 COPY . .

@@ -140,7 +140,8 @@ def running_stack(data: dict, run_dir: Path, bootstrap_servers: str, *, env: dic
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     cfg = Path(run_dir) / "baton.yaml"
     cfg.write_text(yaml.safe_dump(data))
-    stack = Stack(run_dir, config_file=cfg, gateway_port=free_port(), bootstrap_servers=bootstrap_servers, env=env)
+    stack = Stack(run_dir, config_file=cfg, gateway_port=free_port(), bootstrap_servers=bootstrap_servers, env=env,
+                  console_port=free_port())
     stack.start(echo=lambda *_: None, timeout=start_timeout)
     try:
         yield stack

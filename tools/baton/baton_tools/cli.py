@@ -22,7 +22,7 @@ def cmd_up(args) -> int:
         print(f"a stack is already running (see {RUN_DIR / 'stack.json'}); `make down` first", file=sys.stderr)
         return 1
     stack = Stack(RUN_DIR, config_file=config_path(), env=TERMINAL_LOGS).start(detach=True)
-    print(f"Baton is up: OpenAI-compatible API at {stack.base_url} (model 'baton'); "
+    print(f"Baton is up: OpenAI-compatible API at {stack.base_url} (model 'baton'); console at {stack.console_url}; "
           f"Kafka at {stack.bootstrap_servers}; logs in {RUN_DIR / 'logs'}")
     return 0
 

@@ -56,10 +56,12 @@ class ServiceProc:
         return self.argv or [self.python or sys.executable, "-m", self.module, *self.args]
 
 
-def plan_services(config: BatonConfig, gateway_port: int, pick_port=procs.free_port) -> list[ServiceProc]:
+def plan_services(config: BatonConfig, gateway_port: int, console_port: int,
+                  pick_port=procs.free_port) -> list[ServiceProc]:
     """One process per service; one executor per provider in use, times its `replicas`."""
     procs = [
         ServiceProc("gateway", "baton_gateway.main", gateway_port),
+        ServiceProc("console", "baton_console.main", console_port),
         ServiceProc("router", "baton_router.main", pick_port()),
         ServiceProc("synthesizer", "baton_synthesizer.main", pick_port()),
         ServiceProc("reward-logger", "baton_reward_logger.main", pick_port()),
@@ -107,11 +109,12 @@ def plan_model_servers(config: BatonConfig, echo=print) -> list[ServiceProc]:
 class Stack:
     def __init__(self, run_dir: Path, *, config_file: Path | None = None, gateway_port: int | None = None,
                  bootstrap_servers: str | None = None, env: dict[str, str] | None = None,
-                 dataset_dir: Path | None = None) -> None:
+                 dataset_dir: Path | None = None, console_port: int | None = None) -> None:
         self.run_dir = Path(run_dir).resolve()
         self.config_file = Path(config_file or config_path()).resolve()
         self.config = load_config(self.config_file)
         self.gateway_port = gateway_port if gateway_port is not None else self.config.gateway.port
+        self.console_port = console_port if console_port is not None else self.config.console.port
         self.bootstrap_servers = bootstrap_servers or os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or None
         self.extra_env = env or {}
         self.dataset_dir = Path(dataset_dir or self.run_dir / "data").resolve()
@@ -127,6 +130,10 @@ class Stack:
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.gateway_port}/v1"
+
+    @property
+    def console_url(self) -> str:
+        return f"http://127.0.0.1:{self.console_port}"
 
     # -- start ---------------------------------------------------------------------------------
 
@@ -154,7 +161,7 @@ class Stack:
                 self.bootstrap_servers = self.kafka.bootstrap_servers
             counts, configs = topics.topic_plan_for(self.config)
             kafka_harness.create_topics(self.bootstrap_servers, counts, config=configs)
-            services = plan_services(self.config, self.gateway_port)
+            services = plan_services(self.config, self.gateway_port, self.console_port)
             if self.config.conductor.backend == "vllm":
                 run_router_on_vllm(next(s for s in services if s.name == "router"), echo)
             self.services += services
@@ -177,6 +184,7 @@ class Stack:
             "BATON_CONFIG": str(self.config_file),
             "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers or "",
             "BATON_GATEWAY__PORT": str(self.gateway_port),
+            "BATON_CONSOLE__PORT": str(self.console_port),
             "BATON_REWARD_LOGGER__DATASET_DIR": str(self.dataset_dir),
             "PYTHONUNBUFFERED": "1",
         })
@@ -216,6 +224,7 @@ class Stack:
             "config_file": str(self.config_file),
             "dataset_dir": str(self.dataset_dir),
             "gateway_port": self.gateway_port,
+            "console_port": self.console_port,
             "services": [asdict(s) for s in self.services],
         }
         self.state_file.write_text(json.dumps(state, indent=2))
@@ -258,6 +267,7 @@ class Stack:
         state = json.loads(state_file.read_text())
         stack = cls(run_dir, config_file=Path(state["config_file"]) if state.get("config_file") else None,
                     gateway_port=state["gateway_port"], bootstrap_servers=state["bootstrap_servers"],
+                    console_port=state.get("console_port"),
                     dataset_dir=Path(state["dataset_dir"]) if state.get("dataset_dir") else None)
         stack.services = [ServiceProc(**s) for s in state["services"]]
         stack._kafka_pidfile = state.get("kafka_pidfile")

@@ -23,6 +23,7 @@ from baton_platform.config.gateway import SCOPES, TENANT_NAME, GatewayConfig, Sc
 from baton_platform.config.root import BatonConfig, ConfigWatch, check_main, load_config
 from baton_platform.config.services import (
     DEFAULT_POLICY_NAME,
+    ConsoleConfig,
     EvalSetConfig,
     ExecutorConfig,
     GraderName,
@@ -65,6 +66,7 @@ __all__ = [
     "Price",
     "Provider",
     "RewardLoggerConfig",
+    "ConsoleConfig",
     "RouterConfig",
     "Scope",
     "SimSettings",

@@ -52,8 +52,8 @@ class GatewayConfig(_HttpService):
         "commas or whitespace (how a Kubernetes Secret supplies them).")
 
 
-Scope = Literal["chat", "feedback", "eval"]
-SCOPES: tuple[str, ...] = ("chat", "feedback", "eval")
+Scope = Literal["chat", "feedback", "eval", "admin"]
+SCOPES: tuple[str, ...] = ("chat", "feedback", "eval", "admin")
 TENANT_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 
 
@@ -64,7 +64,8 @@ class TenantKey(_Strict):
     scopes: list[Scope] = Field(default_factory=lambda: list[Scope](["chat"]), min_length=1,
                                 description="'chat': chat completions and models; 'feedback': POST /v1/feedback; "
                                 "'eval': a chat request may name an evaluation item (metadata baton_eval), "
-                                "whose graded reward trains the routing policy.")
+                                "whose graded reward trains the routing policy; 'admin': the console (every "
+                                "tenant's episodes, read only).")
     name: str = Field(default="", max_length=64, description="Who holds the key, for people; never the key.")
 
 

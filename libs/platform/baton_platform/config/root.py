@@ -18,6 +18,7 @@ from baton_platform.config.base import ConfigError, is_loopback
 from baton_platform.config.conductor import ConductorConfig
 from baton_platform.config.gateway import GatewayConfig, TenantConfig
 from baton_platform.config.services import (
+    ConsoleConfig,
     ExecutorConfig,
     JudgeConfig,
     KafkaConfig,
@@ -42,6 +43,7 @@ class BatonConfig(BaseSettings):
     synthesizer: SynthesizerConfig = SynthesizerConfig()
     executor: ExecutorConfig = ExecutorConfig()
     reward_logger: RewardLoggerConfig = RewardLoggerConfig()
+    console: ConsoleConfig = ConsoleConfig()
     judge: JudgeConfig | None = None
     tenants: list[TenantConfig] = Field(default_factory=list,
                                         description="Who may call the gateway (gateway.auth: keys), with limits.")
@@ -96,6 +98,10 @@ class BatonConfig(BaseSettings):
             raise ValueError(f"gateway.auth 'none' on host {self.gateway.host!r} would let anyone on the network "
                              "spend your provider budget: bind to 127.0.0.1, use `auth: keys`, or set "
                              "gateway.allow_unauthenticated_network: true behind your own auth proxy")
+        if self.gateway.auth == "none" and not is_loopback(self.console.host) \
+                and not self.gateway.allow_unauthenticated_network:
+            raise ValueError(f"gateway.auth 'none' leaves the console open: on host {self.console.host!r} anyone on "
+                             "the network could read every episode; bind it to 127.0.0.1 or use `auth: keys`")
         if self.conductor.backend == "static" and self.conductor.plan is None:
             raise ValueError("conductor.plan is required when conductor.backend is 'static'")
         return self

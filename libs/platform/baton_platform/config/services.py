@@ -142,3 +142,18 @@ class RewardLoggerConfig(_HttpService):
     @classmethod
     def _path_to_str(cls, value):
         return os.fspath(value) if isinstance(value, os.PathLike) else value  # callers may still pass a Path
+
+
+class ConsoleConfig(_HttpService):
+    """The console (services/console): read-only pages of charts and episodes, drawn from the reward
+    logger's dataset (`reward_logger.dataset_dir`). It asks for a key with the `admin` scope when the
+    gateway does (`gateway.auth: keys`), and is open on loopback otherwise, as the gateway is."""
+
+    port: int = Field(default=9105, ge=0, le=65535)
+    refresh_s: float = Field(default=5.0, gt=0, description="Seconds a page may show before the dataset is read again.")
+    max_episodes: int = Field(default=50_000, ge=1, description="The newest episodes the console holds; older ones "
+                              "stay in the dataset for the trainer.")
+    trace_url: str | None = Field(default=None, description="A tracing UI's search for one request's trace, with "
+                                  "{request_id} in it (spans carry baton.request_id), e.g. Jaeger's "
+                                  "http://jaeger:16686/search?service=baton-synthesizer&tags=%7B%22baton.request_id"
+                                  "%22%3A%22{request_id}%22%7D; unset: no trace links.")

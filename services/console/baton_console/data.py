@@ -1,0 +1,235 @@
+"""The episodes the console shows: the newest rows of the reward logger's dataset, read again when
+older than `refresh_s`, and the summaries its pages draw (series over time, plan mixes, spend)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from baton_platform.dataset import open_dataset, with_string_column
+
+COLUMNS = ["request_id", "tenant", "policy", "created_unix_ms", "completed_unix_ms", "query", "metadata_json",
+           "plan_backend", "plan_policy_version", "plan_fallback", "plan_invalid_reason", "plan_json", "steps",
+           "answer", "error_code", "error_message", "input_tokens", "output_tokens", "cost_usd", "calls",
+           "latency_ms", "grader", "quality", "reward", "reward_detail"]
+SPLITS = ("tenant", "version", "worker")  # what the overview's series may be split by
+OUTCOMES = ("right", "wrong", "error", "ungraded")
+
+
+def plan_steps(row: dict) -> list[dict]:
+    """The plan's steps: worker, instruction and the earlier steps it may read (`access`)."""
+    try:
+        steps = json.loads(row.get("plan_json") or "[]")
+    except ValueError:
+        return []
+    return [s for s in steps if isinstance(s, dict)]
+
+
+def reads(step: dict) -> str:
+    """Which earlier steps' outputs a plan step may read, numbered from 1: 'all', '1,2' or ''."""
+    access = step.get("access") or {}
+    if access.get("all"):
+        return "all"
+    return ",".join(str(int(i) + 1) for i in access.get("steps", []))
+
+
+def workflow_shape(row: dict) -> str:
+    """A plan as a short line: workers in order, a step that reads earlier steps after `<-`
+    (`gemini-flash; gemini-pro <- 1`)."""
+    parts = [s.get("worker", "?") + (f" <- {reads(s)}" if reads(s) else "") for s in plan_steps(row)]
+    return "; ".join(parts) or "(no plan)"
+
+
+def workers_of(row: dict) -> list[str]:
+    return sorted({s["worker"] for s in row.get("steps") or [] if s.get("worker")})
+
+
+def outcome(row: dict) -> str:
+    if row.get("error_code"):
+        return "error"
+    if row.get("quality") is None:
+        return "ungraded"
+    return "right" if row["quality"] >= 0.5 else "wrong"
+
+
+def eval_name(row: dict) -> str:
+    try:
+        return str(json.loads(row.get("metadata_json") or "{}").get("baton_eval", "")).split(":")[0] or "-"
+    except ValueError:
+        return "-"
+
+
+def split_keys(row: dict, by: str) -> list[str]:
+    if by == "tenant":
+        return [row.get("tenant") or "-"]
+    if by == "version":
+        return [row.get("plan_policy_version") or row.get("plan_backend") or "-"]
+    return workers_of(row) or ["-"]
+
+
+@dataclass
+class Buckets:
+    """Time buckets over the episodes' completion times, at most `count` of them."""
+
+    start_ms: int
+    width_ms: int
+    count: int
+
+    @classmethod
+    def over(cls, rows: list[dict], most: int = 48) -> Buckets:
+        stamps = [r["completed_unix_ms"] for r in rows if r.get("completed_unix_ms")]
+        if not stamps:
+            return cls(0, 60_000, 0)
+        first, last = min(stamps), max(stamps)
+        width = next((w for w in (1_000, 5_000, 10_000, 60_000, 300_000, 900_000, 3_600_000, 21_600_000, 86_400_000)
+                      if (last - first) / w < most), 86_400_000)
+        start = first - first % width
+        return cls(start, width, (last - start) // width + 1)
+
+    def index(self, row: dict) -> int:
+        return (row["completed_unix_ms"] - self.start_ms) // self.width_ms
+
+    def times(self) -> list[int]:
+        return [self.start_ms + i * self.width_ms for i in range(self.count)]
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
+
+
+def series(rows: list[dict], buckets: Buckets, keys: Callable[[dict], Iterable[str]],
+           value: Callable[[list[dict]], float | None]) -> dict[str, list[float | None]]:
+    """For each key, `value` of its rows in each bucket (None where it has none)."""
+    grouped: dict[str, list[list[dict]]] = defaultdict(lambda: [[] for _ in range(buckets.count)])
+    for r in rows:
+        if r.get("completed_unix_ms"):
+            for k in keys(r):
+                grouped[k][buckets.index(r)].append(r)
+    return {k: [value(b) if b else None for b in cells] for k, cells in sorted(grouped.items())}
+
+
+def overview(rows: list[dict], by: str) -> tuple[Buckets, dict[str, dict[str, list[float | None]]]]:
+    """Requests per second, p50 and p99 latency (s), errors per minute and cost per minute, per split."""
+    b = Buckets.over(rows)
+    per_s, per_min = b.width_ms / 1000, b.width_ms / 60_000
+
+    def keys(r: dict) -> list[str]:
+        return split_keys(r, by)
+
+    return b, {
+        "requests per second": series(rows, b, keys, lambda rs: len(rs) / per_s),
+        "p50 latency (s)": series(rows, b, keys, lambda rs: percentile([r["latency_ms"] or 0 for r in rs], 0.5) / 1000),
+        "p99 latency (s)": series(rows, b, keys, lambda rs: percentile([r["latency_ms"] or 0 for r in rs], 0.99) / 1000),
+        "errors per minute": series(rows, b, keys, lambda rs: sum(1 for r in rs if r.get("error_code")) / per_min),
+        "cost per minute (USD)": series(rows, b, keys, lambda rs: sum(r["cost_usd"] or 0 for r in rs) / per_min),
+    }
+
+
+def mean_quality(rows: list[dict]) -> float | None:
+    graded = [r["quality"] for r in rows if r.get("quality") is not None]
+    return sum(graded) / len(graded) if graded else None
+
+
+def rollouts(rows: list[dict]) -> list[tuple[int, str]]:
+    """When each policy version answered first: the rollouts, in time order."""
+    first: dict[str, int] = {}
+    for r in sorted(rows, key=lambda r: r.get("completed_unix_ms") or 0):
+        version = r.get("plan_policy_version")
+        if version and version not in first:
+            first[version] = r["completed_unix_ms"]
+    return sorted((t, v) for v, t in first.items())
+
+
+def frontier(rows: list[dict]) -> list[tuple[str, float, float, int]]:
+    """(name, USD per query, quality, episodes) for each single worker on the questions it answered
+    alone, and for each policy version over all its graded episodes."""
+    points = []
+    alone: dict[str, list[dict]] = defaultdict(list)
+    versions: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        if r.get("quality") is None:
+            continue
+        steps = plan_steps(r)
+        if len(steps) == 1:
+            alone[steps[0].get("worker", "?")].append(r)
+        versions[r.get("plan_policy_version") or r.get("plan_backend") or "-"].append(r)
+    for prefix, groups in (("worker ", alone), ("policy ", versions)):
+        for name, rs in sorted(groups.items()):
+            points.append((prefix + name, sum(r["cost_usd"] or 0 for r in rs) / len(rs), mean_quality(rs) or 0.0, len(rs)))
+    return points
+
+
+def workflow_mix(rows: list[dict], by_eval: bool) -> dict[str, Counter]:
+    """How often each plan shape was written, overall or per evaluation set."""
+    mix: dict[str, Counter] = defaultdict(Counter)
+    for r in rows:
+        mix[eval_name(r) if by_eval else "all"][workflow_shape(r)] += 1
+    return dict(sorted(mix.items()))
+
+
+def search(rows: list[dict], *, request_id: str = "", tenant: str = "", worker: str = "", result: str = "",
+           limit: int = 100) -> list[dict]:
+    """The newest episodes matching every filter given (request id by prefix)."""
+    found = []
+    for r in reversed(rows):
+        if ((not request_id or r["request_id"].startswith(request_id)) and (not tenant or r.get("tenant") == tenant)
+                and (not worker or worker in workers_of(r)) and (not result or outcome(r) == result)):
+            found.append(r)
+            if len(found) >= limit:
+                break
+    return found
+
+
+@dataclass
+class Episodes:
+    """The newest `most` episodes under `root` (the reward logger's dataset_dir), oldest first, and
+    the feedback on them; read again at most every `refresh_s` seconds, off the event loop."""
+
+    root: str
+    refresh_s: float = 5.0
+    most: int = 50_000
+    rows: list[dict] = field(default_factory=list)
+    feedback: dict[str, list[dict]] = field(default_factory=dict)
+    read_at: float = float("-inf")
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    async def current(self) -> list[dict]:
+        async with self._lock:
+            if time.monotonic() - self.read_at >= self.refresh_s:
+                self.rows, self.feedback = await asyncio.to_thread(self._read)
+                self.read_at = time.monotonic()
+        return self.rows
+
+    def _read(self) -> tuple[list[dict], dict[str, list[dict]]]:
+        root = self.root.rstrip("/")
+        dataset = open_dataset(f"{root}/episodes")
+        rows: list[dict] = []
+        if dataset is not None:
+            table = with_string_column(dataset, "tenant").to_table(columns=COLUMNS)
+            table = table.sort_by("completed_unix_ms")
+            rows = table.slice(max(0, table.num_rows - self.most)).to_pylist()
+        # A response read twice (a redelivery) is one episode: the newest row of each request id.
+        newest = {r["request_id"]: r for r in rows}
+        unique = sorted(newest.values(), key=lambda r: r["completed_unix_ms"] or 0)
+        feedback: dict[str, list[dict]] = defaultdict(list)
+        ratings = open_dataset(f"{root}/feedback")
+        if ratings is not None:
+            columns = ["response_id", "score", "comment", "source", "created_unix_ms", "tenant"]
+            for f in with_string_column(ratings, "tenant").to_table(columns=columns).to_pylist():
+                feedback[f["response_id"]].append(f)
+        return unique, dict(feedback)
+
+    def find(self, request_id: str) -> dict | None:
+        return next((r for r in reversed(self.rows) if r["request_id"] == request_id), None)
+
+    async def ready(self) -> str | None:
+        try:
+            await self.current()
+        except Exception as e:  # noqa: BLE001 - readiness reports any failure as "not ready"
+            return f"the dataset at {self.root} cannot be read: {type(e).__name__}"
+        return None

@@ -1,0 +1,174 @@
+"""The console's pages as HTML: a shared frame, then one function per page. Everything shown that
+came from the dataset is escaped; links carry only values the console chose or the client sent."""
+
+from __future__ import annotations
+
+import json
+from html import escape
+from urllib.parse import quote, urlencode
+
+from baton_console import data, svg
+
+STYLE = """
+body{font:14px system-ui,sans-serif;margin:0;color:#222;background:#fafafa}
+header{background:#1f2d3d;color:#fff;padding:8px 16px;display:flex;gap:18px;align-items:center}
+header a{color:#cfe3ff;text-decoration:none}header b{margin-right:12px}
+main{padding:12px 16px}.grid{display:flex;flex-wrap:wrap;gap:12px}
+figure.chart{background:#fff;border:1px solid #ddd;margin:0;padding:6px}
+figcaption{font-weight:600;margin-bottom:4px}.axis{stroke:#999}.mark{stroke:#c33;stroke-dasharray:4 3}
+.tick,.legend{font-size:11px;fill:#444}table{border-collapse:collapse;background:#fff}
+td,th{border:1px solid #ddd;padding:4px 8px;vertical-align:top;text-align:left}
+pre{white-space:pre-wrap;max-width:900px;margin:0}.muted{color:#777}
+"""
+NAV = [("/", "Overview"), ("/quality", "Quality and cost"), ("/workflows", "Workflows"), ("/workers", "Workers"),
+       ("/tenants", "Tenants"), ("/episodes", "Episodes")]
+
+
+def frame(title: str, body: str) -> str:
+    links = "".join(f'<a href="{href}">{name}</a>' for href, name in NAV)
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(title)} · Baton</title>"
+            f"<style>{STYLE}</style></head><body><header><b>Baton console</b>{links}</header>"
+            f"<main><h1>{escape(title)}</h1>{body}</main></body></html>")
+
+
+def empty(rows: list[dict]) -> str | None:
+    return None if rows else "<p class='muted'>No episodes yet: the reward logger writes them as answers are graded.</p>"
+
+
+def choices(name: str, options: tuple[str, ...], chosen: str, path: str) -> str:
+    return " · ".join(f"<b>{o}</b>" if o == chosen else f'<a href="{path}?{urlencode({name: o})}">{o}</a>'
+                      for o in options)
+
+
+def overview(rows: list[dict], by: str) -> str:
+    if (msg := empty(rows)) is not None:
+        return frame("Overview", msg)
+    buckets, charts = data.overview(rows, by)
+    figures = "".join(svg.lines(name, buckets.times(), buckets.width_ms, values) for name, values in charts.items())
+    return frame("Overview", f"<p>{len(rows)} episodes. Split by {choices('by', data.SPLITS, by, '/')}</p>"
+                             f"<div class='grid'>{figures}</div>")
+
+
+def quality(rows: list[dict]) -> str:
+    if (msg := empty(rows)) is not None:
+        return frame("Quality and cost", msg)
+    b = data.Buckets.over(rows)
+    per_version = data.series(rows, b, lambda r: [r.get("plan_policy_version") or r.get("plan_backend") or "-"],
+                              data.mean_quality)
+    marks = [(t, f"rollout {v}") for t, v in data.rollouts(rows)]
+    return frame("Quality and cost", "<div class='grid'>"
+                 + svg.lines("graded quality per policy version (dashed: a version's first answer)", b.times(),
+                             b.width_ms, per_version, marks)
+                 + svg.scatter("cost and quality: each worker alone, each policy version", data.frontier(rows))
+                 + "</div><p class='muted'>A worker's point counts the questions it answered alone; a policy's, "
+                   "every graded episode it planned.</p>")
+
+
+def workflows(rows: list[dict], per_eval: bool) -> str:
+    if (msg := empty(rows)) is not None:
+        return frame("Workflows", msg)
+    mix = data.workflow_mix(rows, per_eval)
+    figures = "".join(svg.bars(f"plans written{'' if group == 'all' else ' for ' + group} ({sum(c.values())})",
+                               c.most_common(), "") for group, c in mix.items())
+    toggle = choices("per", ("all", "eval"), "eval" if per_eval else "all", "/workflows")
+    return frame("Workflows", f"<p>Plans by shape: workers in order; <code>&lt;- 1</code> reads step 1's output. "
+                              f"Grouped: {toggle}</p><div class='grid'>{figures}</div>")
+
+
+def workers(rows: list[dict]) -> str:
+    if (msg := empty(rows)) is not None:
+        return frame("Workers", msg)
+    b = data.Buckets.over(rows)
+    share = data.series(rows, b, data.workers_of, lambda rs: float(len(rs)))
+    totals = [sum(1 for r in rows if r.get("completed_unix_ms") and b.index(r) == i) for i in range(b.count)]
+    share = {w: [None if v is None or not totals[i] else v / totals[i] for i, v in enumerate(vs)]
+             for w, vs in share.items()}
+    alone = data.series(rows, b, lambda r: [s.get("worker", "?") for s in data.plan_steps(r)][:1]
+                        if len(data.plan_steps(r)) == 1 else [], data.mean_quality)
+    return frame("Workers", "<div class='grid'>"
+                 + svg.lines("share of requests each worker took part in", b.times(), b.width_ms, share)
+                 + svg.lines("graded quality of each worker answering alone, as it is learned", b.times(),
+                             b.width_ms, alone) + "</div>")
+
+
+def tenants(rows: list[dict], budgets: dict[str, float | None]) -> str:
+    spent: dict[str, float] = {}
+    for r in rows:
+        spent[r.get("tenant") or "-"] = spent.get(r.get("tenant") or "-", 0.0) + (r["cost_usd"] or 0)
+    names = sorted(set(spent) | {t for t, b in budgets.items() if b})
+    body = "<table><tr><th>tenant</th><th>spent in the episodes shown (USD)</th><th>budget (USD)</th><th>share</th></tr>"
+    for t in names:
+        budget = budgets.get(t)
+        share = f"{spent.get(t, 0) / budget:.0%}" if budget else ""
+        body += f"<tr><td>{escape(t)}</td><td>{spent.get(t, 0):.6f}</td><td>{budget or ''}</td><td>{share}</td></tr>"
+    body += "</table>"
+    b = data.Buckets.over(rows)
+    chart = svg.lines("cost per minute by tenant (USD)", b.times(), b.width_ms,
+                      data.series(rows, b, lambda r: [r.get("tenant") or "-"],
+                                  lambda rs: sum(r["cost_usd"] or 0 for r in rs) / (b.width_ms / 60_000))) if rows else ""
+    note = ("<p class='muted'>A gateway counts a budget from the answers it received since it started; its "
+            "refusals are the metric baton_gateway_tenant_requests.</p>")
+    return frame("Tenants", f"<div class='grid'>{chart}</div>{body}{note}")
+
+
+def episodes(found: list[dict], query: dict[str, str]) -> str:
+    def field(name: str, label: str) -> str:
+        return f'<label>{label} <input name="{name}" value="{escape(query.get(name, ""))}"></label> '
+
+    outcomes = "".join(f'<option{" selected" if query.get("result") == o else ""}>{o}</option>' for o in data.OUTCOMES)
+    form = (f'<form method="get" action="/episodes">{field("request_id", "request id")}{field("tenant", "tenant")}'
+            f'{field("worker", "worker")}<label>outcome <select name="result"><option value="">any</option>{outcomes}'
+            f'</select></label> <button>Search</button></form>')
+    table = "<table id='episodes'><tr><th>request</th><th>finished (UTC)</th><th>tenant</th><th>plan</th>" \
+            "<th>outcome</th><th>cost (USD)</th><th>latency (ms)</th></tr>"
+    for r in found:
+        table += (f'<tr><td><a href="/episodes/{quote(r["request_id"], safe="")}">{escape(r["request_id"])}</a></td>'
+                  f'<td>{svg.clock(r["completed_unix_ms"] or 0, 1000)}</td><td>{escape(r.get("tenant") or "-")}</td>'
+                  f'<td>{escape(data.workflow_shape(r))}</td><td>{data.outcome(r)}</td>'
+                  f'<td>{(r["cost_usd"] or 0):.6f}</td><td>{(r["latency_ms"] or 0):.0f}</td></tr>')
+    return frame("Episodes", f"{form}<p>{len(found)} shown, newest first.</p>{table}</table>")
+
+
+def _rows(pairs: list[tuple[str, object]]) -> str:
+    return "".join(f"<tr><th>{escape(k)}</th><td>{v}</td></tr>" for k, v in pairs)
+
+
+def episode(r: dict, feedback: list[dict], trace_url: str | None) -> str:
+    plan = "".join(f"<tr><td>{i + 1}</td><td>{escape(s.get('worker', '?'))}</td><td>{escape(data.reads(s) or '-')}</td>"
+                   f"<td><pre>{escape(s.get('instruction', ''))}</pre></td></tr>"
+                   for i, s in enumerate(data.plan_steps(r)))
+    steps = "".join(
+        f"<tr class='step'><td>{s['step'] + 1}</td><td>{escape(s.get('worker') or '')}</td><td>{escape(s.get('model') or '')}"
+        f"</td><td>{s.get('attempt') or 1}</td><td>{s.get('input_tokens') or 0} / {s.get('output_tokens') or 0}</td>"
+        f"<td>{(s.get('cost_usd') or 0):.6f}</td><td>{(s.get('latency_ms') or 0):.0f}</td>"
+        f"<td><pre>{escape(s.get('error') or s.get('output') or '')}</pre></td></tr>" for s in r.get("steps") or [])
+    ratings = "".join(f"<tr><td>{escape(f.get('source') or '')}</td><td>{escape(f.get('tenant') or '-')}</td>"
+                      f"<td>{f['score']:+.2f}</td><td>{escape(f.get('comment') or '')}</td></tr>" for f in feedback)
+    trace = (f'<a href="{escape(trace_url.replace("{request_id}", quote(r["request_id"], safe="")))}">its trace</a>'
+             if trace_url else "<span class='muted'>no tracing UI configured (console.trace_url)</span>")
+    summary = _rows([
+        ("tenant", escape(r.get("tenant") or "-")), ("policy", escape(r.get("policy") or "")),
+        ("planned by", escape(" ".join(dict.fromkeys(filter(None, (r.get("plan_backend"), r.get("plan_policy_version"))))))
+         + (" (fallback: " + escape(r.get("plan_invalid_reason") or "") + ")" if r.get("plan_fallback") else "")),
+        ("question", f"<pre>{escape(r.get('query') or '')}</pre>"),
+        ("answer", f"<pre>{escape(r.get('answer') or r.get('error_message') or '')}</pre>"),
+        ("outcome", data.outcome(r) + (f" ({escape(r['error_code'])})" if r.get("error_code") else "")),
+        ("grade", escape(f"quality {r['quality']}, reward {r['reward']} by {r.get('grader') or '-'}")
+         if r.get("quality") is not None else "ungraded"),
+        ("why", f"<pre>{escape(r.get('reward_detail') or '')}</pre>"),
+        ("total", f"{r.get('calls') or 0} calls, {r.get('input_tokens') or 0} / {r.get('output_tokens') or 0} tokens, "
+                  f"${(r.get('cost_usd') or 0):.6f}, {(r.get('latency_ms') or 0):.0f} ms"),
+        ("trace", trace), ("metadata", f"<pre>{escape(json.dumps(json.loads(r.get('metadata_json') or '{}')))}</pre>"),
+    ])
+    return frame(f"Episode {r['request_id']}",
+                 f"<table>{summary}</table><h2>Plan</h2><table id='plan'><tr><th>step</th><th>worker</th>"
+                 f"<th>reads</th><th>instruction</th></tr>{plan}</table><h2>Steps run</h2><table id='steps'><tr>"
+                 f"<th>step</th><th>worker</th><th>model</th><th>attempt</th><th>tokens in / out</th>"
+                 f"<th>cost (USD)</th><th>latency (ms)</th><th>output</th></tr>{steps}</table><h2>Feedback</h2>"
+                 f"<table><tr><th>source</th><th>tenant</th><th>score</th><th>comment</th></tr>{ratings}</table>")
+
+
+def login(message: str = "") -> str:
+    note = f"<p style='color:#b00'>{escape(message)}</p>" if message else ""
+    return frame("Sign in", f"{note}<form method='post' action='/login'><label>API key with the admin scope "
+                            "<input type='password' name='key' autocomplete='off'></label> <button>Sign in</button></form>")

@@ -1,0 +1,174 @@
+"""The console's pages on a dataset the reward logger's own writer made: who may read them, what
+they show, and that what a client wrote is shown as text, never as markup."""
+
+import json
+
+import pytest
+from starlette.testclient import TestClient
+from testbed import default_config_data
+
+from baton.v1 import common_pb2, feedback_pb2, requests_pb2, responses_pb2
+from baton_console.main import create_app
+from baton_platform.apikeys import hash_key, mint_key
+from baton_platform.config import BatonConfig
+from baton_reward_logger.episodes import (
+    EPISODE_SCHEMA,
+    FEEDBACK_SCHEMA,
+    DatasetWriter,
+    Record,
+    episode_row,
+    feedback_row,
+)
+from baton_reward_logger.rewards import Reward
+
+ADMIN, CHAT_ONLY = mint_key(), mint_key()
+T0 = 1_764_000_000_000
+
+
+def response(i, tenant, workers, quality, *, query="What is 2+2?", error=None):
+    req = requests_pb2.ChatRequest(request_id=f"req-{i}", policy="baton", created_unix_ms=T0 + i * 60_000,
+                                   tenant=tenant, messages=[common_pb2.ChatMessage(role="user", content=query)])
+    ep = responses_pb2.Episode(request=req, latency_ms=100.0 * (i + 1),
+                               total=common_pb2.Usage(input_tokens=10, output_tokens=5, cost_usd=0.001 * len(workers),
+                                                      calls=len(workers)))
+    ep.plan.backend, ep.plan.policy_version = "policy", "v1" if i < 3 else "v2"
+    for k, w in enumerate(workers):
+        step = ep.plan.steps.add(worker=w, instruction=f"step {k + 1} of {query}")
+        if k:
+            step.access.steps.append(k - 1)
+        ep.steps.add(step=k, worker=w, model=f"{w}-model", attempt=1, output=f"output of {w}",
+                     usage=common_pb2.Usage(input_tokens=10, output_tokens=5, cost_usd=0.001), latency_ms=50.0)
+    r = responses_pb2.Response(request_id=f"req-{i}", episode=ep, completed_unix_ms=T0 + i * 60_000 + 500)
+    if error:
+        r.error.code, r.error.message = error, "it failed"
+    else:
+        r.answer = f"answer {i}"
+    grade = Reward(grader="exact", reference="4", quality=quality, reward=quality or 0.0, detail="compared with 4") \
+        if quality is not None else Reward(grader="", reference="", quality=None, reward=0.0, detail="no reference")
+    return r, grade
+
+
+@pytest.fixture
+def dataset(tmp_path):
+    episodes = [response(0, "acme", ["gemini-flash"], 1.0), response(1, "acme", ["gemini-pro"], 0.0),
+                response(2, "zeta", ["gemini-flash", "gemini-pro"], 1.0),
+                response(3, "zeta", ["gemini-pro"], None, error="step_timeout"),
+                response(4, "acme", ["gemini-flash"], 1.0, query="<script>alert('x')</script> & more")]
+    DatasetWriter(tmp_path / "data" / "episodes", "baton.responses", EPISODE_SCHEMA).write(
+        0, [Record(0, i, episode_row(r, g, 0, i), r.completed_unix_ms) for i, (r, g) in enumerate(episodes)])
+    rating = feedback_pb2.Feedback(response_id="req-1", score=-1.0, comment="wrong <b>sum</b>", source="user",
+                                   tenant="acme", created_unix_ms=T0)
+    DatasetWriter(tmp_path / "data" / "feedback", "baton.feedback", FEEDBACK_SCHEMA).write(
+        0, [Record(0, 0, feedback_row(rating, 0, 0), T0)])
+    return tmp_path / "data"
+
+
+def console(dataset, auth="keys", **console_settings):
+    data = default_config_data()
+    data["gateway"] = {"auth": auth}
+    data["reward_logger"] = {"dataset_dir": str(dataset)}
+    data["console"] = {"refresh_s": 0.01, **console_settings}
+    data["tenants"] = [{"name": "acme", "budget_usd": 0.01, "keys": [
+        {"sha256": hash_key(ADMIN), "scopes": ["admin"]}, {"sha256": hash_key(CHAT_ONLY), "scopes": ["chat"]}]}]
+    return TestClient(create_app(BatonConfig(**data), env={}), follow_redirects=False)
+
+
+def signed_in(client):
+    r = client.post("/login", content=f"key={ADMIN}", headers={"content-type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 303 and "baton_console" in r.cookies
+    assert ADMIN not in r.headers["set-cookie"] and hash_key(ADMIN) not in r.headers["set-cookie"]
+    return client
+
+
+@pytest.mark.parametrize("path", ["/", "/quality", "/workflows", "/workers", "/tenants", "/episodes", "/episodes/req-0"])
+def test_every_page_asks_for_an_admin_key(dataset, path):
+    client = console(dataset)
+    r = client.get(path)
+    assert (r.status_code, r.headers["location"]) == (303, "/login")
+    assert client.get(path, headers={"authorization": f"Bearer {CHAT_ONLY}"}).status_code == 303, "a chat key is not enough"
+    assert client.get(path, headers={"authorization": f"Bearer {ADMIN}"}).status_code == 200
+    client.cookies.set("baton_console", hash_key(ADMIN)[:12] + "." + "0" * 64)
+    assert client.get(path).status_code == 303, "a forged session is refused"
+
+
+def test_a_wrong_key_cannot_sign_in_and_a_right_one_gets_a_session(dataset):
+    client = console(dataset)
+    r = client.post("/login", content=f"key={CHAT_ONLY}", headers={"content-type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 401 and "admin scope" in r.text and "baton_console" not in r.cookies
+    assert signed_in(client).get("/").status_code == 200
+
+
+def test_with_gateway_auth_none_the_console_is_open_on_loopback_only(dataset):
+    assert console(dataset, auth="none").get("/").status_code == 200
+    with pytest.raises(ValueError, match="console open"):
+        console(dataset, auth="none", host="0.0.0.0")
+
+
+def test_the_overview_draws_a_chart_per_measure_split_as_asked(dataset):
+    client = signed_in(console(dataset))
+    page = client.get("/").text
+    assert page.count("<svg") == 5 and "5 episodes" in page
+    for name in ("requests per second", "p50 latency (s)", "p99 latency (s)", "errors per minute", "cost per minute"):
+        assert name in page
+    assert ">acme</text>" in page and ">zeta</text>" in page, "split by tenant by default"
+    by_worker = client.get("/?by=worker").text
+    assert ">gemini-flash</text>" in by_worker and ">acme</text>" not in by_worker
+    assert ">v1</text>" in client.get("/?by=version").text
+
+
+def test_quality_marks_each_rollout_and_places_workers_and_policies_by_cost_and_quality(dataset):
+    page = signed_in(console(dataset)).get("/quality").text
+    assert "rollout v1" in page and "rollout v2" in page
+    # flash alone: 2 graded, both right; pro alone: 1 graded (the failed one is not graded), wrong.
+    assert "worker gemini-flash: quality 1.000, $0.001000 per query, 2 episodes" in page
+    assert "worker gemini-pro: quality 0.000" in page and "policy v1: quality 0.667" in page
+
+
+def test_workflows_count_plan_shapes_with_what_each_step_reads(dataset):
+    page = signed_in(console(dataset)).get("/workflows").text
+    assert "gemini-flash; gemini-pro &lt;- 1: 1" in page and "gemini-flash: 2" in page and "(5)" in page
+
+
+def test_tenants_show_spend_against_budget(dataset):
+    page = signed_in(console(dataset)).get("/tenants").text
+    assert "<td>acme</td><td>0.003000</td><td>0.01</td><td>30%</td>" in page
+    assert "<td>zeta</td><td>0.003000</td>" in page
+
+
+def test_episodes_are_found_by_tenant_worker_outcome_and_id(dataset):
+    client = signed_in(console(dataset))
+
+    def ids(**query):
+        page = client.get("/episodes", params=query).text
+        return [line.split('">')[1].split("<")[0] for line in page.split('<a href="/episodes/')[1:]]
+
+    assert ids() == ["req-4", "req-3", "req-2", "req-1", "req-0"]
+    assert ids(tenant="zeta") == ["req-3", "req-2"]
+    assert ids(worker="gemini-flash", result="right") == ["req-4", "req-2", "req-0"]
+    assert ids(result="error") == ["req-3"] and ids(request_id="req-1") == ["req-1"]
+
+
+def test_one_episode_shows_its_plan_every_step_its_grade_and_feedback(dataset):
+    client = signed_in(console(dataset, trace_url="http://traces.local/search?id={request_id}"))
+    page = client.get("/episodes/req-2").text
+    assert page.count("<tr class='step'>") == 2
+    for text in ("gemini-flash-model", "gemini-pro-model", "output of gemini-pro", "step 2 of What is 2+2?",
+                 "quality 1.0, reward 1.0 by exact", "compared with 4", 'href="http://traces.local/search?id=req-2"'):
+        assert text in page
+    plan = page.split("id='plan'")[1].split("</table>")[0]
+    assert "<td>2</td><td>gemini-pro</td><td>1</td>" in plan, "step 2 reads step 1"
+    rated = client.get("/episodes/req-1").text
+    assert "wrong &lt;b&gt;sum&lt;/b&gt;" in rated and "-1.00" in rated
+    assert client.get("/episodes/nope").status_code == 404
+
+
+def test_what_clients_wrote_is_shown_as_text(dataset):
+    page = signed_in(console(dataset)).get("/episodes/req-4").text
+    assert "<script>alert" not in page and "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; &amp; more" in page
+
+
+def test_an_empty_dataset_says_so_and_is_ready(tmp_path):
+    client = console(tmp_path / "none", auth="none")
+    assert "No episodes yet" in client.get("/").text
+    assert client.get("/health/ready").json() == {"status": "ready"}
+    assert json.loads(client.get("/health/live").text) == {"status": "live"}
