@@ -27,6 +27,7 @@ SERVICE_COMMANDS = {
     "synthesizer": "baton-synthesizer",
     "executor": "baton-executor",
     "reward-logger": "baton-reward-logger",
+    "console": "baton-console",
 }
 
 

@@ -133,7 +133,7 @@ def test_services_run_their_console_script_with_health_probes_on_their_port(valu
     config = baton_config(objects)
     ports = {"gateway": config["gateway"]["port"], "router": config["router"]["port"],
              "synthesizer": config["synthesizer"]["port"], "reward-logger": config["reward_logger"]["port"],
-             "executor": config["executor"]["port"]}
+             "executor": config["executor"]["port"], "console": config["console"]["port"]}
     for d in by_kind(objects, "Deployment"):
         c = container(d)
         assert c["command"] == [SERVICE_COMMANDS[c["name"]]]
@@ -239,6 +239,20 @@ def test_trainer_is_a_cronjob_that_reads_the_episode_dataset():
     dataset = baton_config(objects)["reward_logger"]["dataset_dir"]
     assert any(m["mountPath"] == dataset and m.get("readOnly") for m in c["volumeMounts"])
     assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+
+
+def test_the_console_is_off_by_default_and_when_on_reads_the_dataset_read_only_with_the_gateways_keys():
+    assert not [d for d in by_kind(render((DEFAULT,)), "Deployment") if container(d)["name"] == "console"]
+    objects = render((THREE,), sets=("console.enabled=true",))
+    (console,) = [d for d in by_kind(objects, "Deployment") if container(d)["name"] == "console"]
+    c = container(console)
+    assert c["command"] == ["baton-console"] and c["ports"][0]["containerPort"] == baton_config(objects)["console"]["port"]
+    dataset = baton_config(objects)["reward_logger"]["dataset_dir"]
+    assert [m for m in c["volumeMounts"] if m["name"] == "episodes"] == [
+        {"name": "episodes", "mountPath": dataset, "readOnly": True}]
+    (gateway,) = [d for d in by_kind(objects, "Deployment") if container(d)["name"] == "gateway"]
+    assert env_of(c)["BATON_API_KEYS"] == env_of(container(gateway))["BATON_API_KEYS"], "admin keys are the gateway's"
+    assert any(s["metadata"]["name"] == console["metadata"]["name"] for s in by_kind(objects, "Service"))
 
 
 def test_topics_job_is_a_pre_install_hook_running_baton_topics():

@@ -167,6 +167,16 @@ def test_what_clients_wrote_is_shown_as_text(dataset):
     assert "<script>alert" not in page and "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; &amp; more" in page
 
 
+def test_pages_served_are_counted_by_page_and_status(dataset):
+    client = signed_in(console(dataset))
+    client.get("/episodes/req-0")
+    client.get("/episodes/nope")
+    text = client.get("/metrics").text
+    assert 'baton_console_pages_total{page="/episodes/{request_id}",status="200"} 1.0' in text
+    assert 'baton_console_pages_total{page="/episodes/{request_id}",status="404"} 1.0' in text
+    assert "baton_console_episodes 5.0" in text
+
+
 def test_an_empty_dataset_says_so_and_is_ready(tmp_path):
     client = console(tmp_path / "none", auth="none")
     assert "No episodes yet" in client.get("/").text

@@ -207,6 +207,7 @@ CHART_COMMANDS = [
     ("baton-synthesizer", SERVICES_IMAGE),
     ("baton-executor", SERVICES_IMAGE),
     ("baton-reward-logger", SERVICES_IMAGE),
+    ("baton-console", SERVICES_IMAGE),
     ("baton-topics", SERVICES_IMAGE),
     ("baton-trainer", TRAINER_IMAGE),
 ]

@@ -1,7 +1,7 @@
 {{/*
 The services, one Deployment, Service and PodDisruptionBudget each (deployment.yaml, service.yaml,
-pdb.yaml, hpa.yaml), as JSON {"items": [...]}: gateway, router, synthesizer, reward logger, then one
-executor per provider of config.workers. Each item is the component's values (an executor's are
+pdb.yaml, hpa.yaml), as JSON {"items": [...]}: gateway, router, synthesizer, reward logger, the
+console when enabled, then one executor per provider of config.workers. Each item is the component's values (an executor's are
 executorDefaults with its `executors` entry merged over them) plus:
   kind        the values key; `baton.<kind>.pod` renders what its pod adds to the common one
   component   app.kubernetes.io/component, and the suffix of its resources' names
@@ -15,6 +15,11 @@ executorDefaults with its `executors` entry merged over them) plus:
 {{- range $s := list (list "gateway" "gateway" "gateway") (list "router" "router" "router") (list "synthesizer" "synthesizer" "synthesizer") (list "rewardLogger" "reward-logger" "reward_logger") -}}
 {{- $w := deepCopy (get $v (index $s 0)) -}}
 {{- $_ := merge $w (dict "kind" (index $s 0) "component" (index $s 1) "container" (index $s 1) "section" (index $s 2) "labels" dict) -}}
+{{- $items = append $items $w -}}
+{{- end -}}
+{{- if $v.console.enabled -}}
+{{- $w := deepCopy $v.console -}}
+{{- $_ := merge $w (dict "kind" "console" "component" "console" "container" "console" "section" "console" "labels" dict) -}}
 {{- $items = append $items $w -}}
 {{- end -}}
 {{- range $p := include "baton.providers" . | fromJsonArray -}}
@@ -70,6 +75,25 @@ env:
 {{- end -}}
 
 {{- define "baton.synthesizer.pod" -}}
+{{- end -}}
+
+{{/* The console reads the episode volume, read-only, and the gateway's key hashes (admin keys). */}}
+{{- define "baton.console.pod" -}}
+{{- $root := .root -}}
+{{- $c := $root.Values.config.gateway -}}
+{{- $mount := include "baton.rewardLogger.datasetMount" $root -}}
+{{- if ne (default "keys" $c.auth) "none" }}
+env:
+  {{- include "baton.secretEnv" (list (dict "env" (default "BATON_API_KEYS" $c.keys_env) "existingSecret" $root.Values.gateway.auth.existingSecret "existingSecretKey" $root.Values.gateway.auth.existingSecretKey)) | nindent 2 }}
+{{- end }}
+{{- if $mount }}
+volumeMounts:
+  - name: episodes
+    mountPath: {{ $mount }}
+    readOnly: true
+volumes:
+  {{- include "baton.rewardLogger.datasetVolume" (dict "root" $root "readOnly" true) | nindent 2 }}
+{{- end }}
 {{- end -}}
 
 {{/* One Deployment per provider: its own topic baton.tasks.<provider> and consumer group baton-executor-<provider>. */}}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from urllib.parse import parse_qs
 
+from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
@@ -12,8 +13,9 @@ from starlette.routing import Route
 
 from baton_console import data, pages
 from baton_console.access import COOKIE, AdminKeys
+from baton_console.metrics import ConsoleMetrics
 from baton_platform.config import BatonConfig, load_config
-from baton_platform.http import live_endpoint, ready_endpoint, serve
+from baton_platform.http import live_endpoint, metrics_endpoint, ready_endpoint, serve
 
 SERVICE_NAME = "baton-console"
 MAX_FORM_BYTES = 4096
@@ -28,20 +30,27 @@ class Console:
                                       config.console.max_episodes)
         self.trace_url = config.console.trace_url
         self.budgets = {t.name: t.budget_usd for t in config.tenants}
+        self.registry = CollectorRegistry()
+        self.metrics = ConsoleMetrics(self.registry)
 
     def routes(self) -> list[Route]:
         pages_ = {"/": self.overview, "/quality": self.quality, "/workflows": self.workflows, "/workers": self.workers,
                   "/tenants": self.tenants, "/episodes": self.search, "/episodes/{request_id}": self.episode}
-        return [Route(path, self._guarded(handler)) for path, handler in pages_.items()] + [
+        return [Route(path, self._guarded(path, handler)) for path, handler in pages_.items()] + [
             Route("/login", self.login, methods=["GET", "POST"]),
-            Route("/health/live", live_endpoint()), Route("/health/ready", ready_endpoint([self.episodes.ready]))]
+            Route("/health/live", live_endpoint()), Route("/health/ready", ready_endpoint([self.episodes.ready])),
+            Route("/metrics", metrics_endpoint(self.registry))]
 
-    def _guarded(self, handler):
+    def _guarded(self, path: str, handler):
         async def page(request: Request) -> Response:
             if not self.keys.allows(request.headers.get("authorization"), request.cookies.get(COOKIE)):
-                return RedirectResponse("/login", status_code=303)
-            rows = await self.episodes.current()
-            return await handler(request, rows)
+                response: Response = RedirectResponse("/login", status_code=303)
+            else:
+                rows = await self.episodes.current()
+                self.metrics.episodes.set(len(rows))
+                response = await handler(request, rows)
+            self.metrics.pages.labels(path, str(response.status_code)).inc()
+            return response
 
         return page
 
