@@ -103,14 +103,15 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def series(rows: list[dict], buckets: Buckets, keys: Callable[[dict], Iterable[str]],
-           value: Callable[[list[dict]], float | None]) -> dict[str, list[float | None]]:
-    """For each key, `value` of its rows in each bucket (None where it has none)."""
+           value: Callable[[list[dict]], float | None], empty: float | None = None) -> dict[str, list[float | None]]:
+    """For each key, `value` of its rows in each bucket; `empty` where it has none (a rate is 0 there,
+    a latency or a quality is unknown: None, a gap in its line)."""
     grouped: dict[str, list[list[dict]]] = defaultdict(lambda: [[] for _ in range(buckets.count)])
     for r in rows:
         if r.get("completed_unix_ms"):
             for k in keys(r):
                 grouped[k][buckets.index(r)].append(r)
-    return {k: [value(b) if b else None for b in cells] for k, cells in sorted(grouped.items())}
+    return {k: [value(b) if b else empty for b in cells] for k, cells in sorted(grouped.items())}
 
 
 def overview(rows: list[dict], by: str) -> tuple[Buckets, dict[str, dict[str, list[float | None]]]]:
@@ -122,11 +123,11 @@ def overview(rows: list[dict], by: str) -> tuple[Buckets, dict[str, dict[str, li
         return split_keys(r, by)
 
     return b, {
-        "requests per second": series(rows, b, keys, lambda rs: len(rs) / per_s),
+        "requests per second": series(rows, b, keys, lambda rs: len(rs) / per_s, 0.0),
         "p50 latency (s)": series(rows, b, keys, lambda rs: percentile([r["latency_ms"] or 0 for r in rs], 0.5) / 1000),
         "p99 latency (s)": series(rows, b, keys, lambda rs: percentile([r["latency_ms"] or 0 for r in rs], 0.99) / 1000),
-        "errors per minute": series(rows, b, keys, lambda rs: sum(1 for r in rs if r.get("error_code")) / per_min),
-        "cost per minute (USD)": series(rows, b, keys, lambda rs: sum(r["cost_usd"] or 0 for r in rs) / per_min),
+        "errors per minute": series(rows, b, keys, lambda rs: sum(1 for r in rs if r.get("error_code")) / per_min, 0.0),
+        "cost per minute (USD)": series(rows, b, keys, lambda rs: sum(r["cost_usd"] or 0 for r in rs) / per_min, 0.0),
     }
 
 

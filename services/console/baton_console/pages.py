@@ -79,7 +79,7 @@ def workers(rows: list[dict]) -> str:
     if (msg := empty(rows)) is not None:
         return frame("Workers", msg)
     b = data.Buckets.over(rows)
-    share = data.series(rows, b, data.workers_of, lambda rs: float(len(rs)))
+    share = data.series(rows, b, data.workers_of, lambda rs: float(len(rs)), 0.0)
     totals = [sum(1 for r in rows if r.get("completed_unix_ms") and b.index(r) == i) for i in range(b.count)]
     share = {w: [None if v is None or not totals[i] else v / totals[i] for i, v in enumerate(vs)]
              for w, vs in share.items()}
@@ -105,7 +105,7 @@ def tenants(rows: list[dict], budgets: dict[str, float | None]) -> str:
     b = data.Buckets.over(rows)
     chart = svg.lines("cost per minute by tenant (USD)", b.times(), b.width_ms,
                       data.series(rows, b, lambda r: [r.get("tenant") or "-"],
-                                  lambda rs: sum(r["cost_usd"] or 0 for r in rs) / (b.width_ms / 60_000))) if rows else ""
+                                  lambda rs: sum(r["cost_usd"] or 0 for r in rs) / (b.width_ms / 60_000), 0.0)) if rows else ""
     note = ("<p class='muted'>A gateway counts a budget from the answers it received since it started; its "
             "refusals are the metric baton_gateway_tenant_requests.</p>")
     return frame("Tenants", f"<div class='grid'>{chart}</div>{body}{note}")
