@@ -68,7 +68,7 @@ chaos-crash: install kafka ## `make chaos` plus the broker killed with SIGKILL (
 bench: install kafka ## Benchmarks: overhead vs LiteLLM, throughput, CPU profiles and per-hop latency, provider limits (BENCH_ARGS=--quick: ~3 min)
 	$(PY) bench/run.py $(BENCH_ARGS)
 
-demo: install kafka vllm ## Start everything, ask real questions through the gateway, print answers and workflows, stop
+demo: install kafka vllm ## Start everything, ask real questions through the gateway, print answers and workflows, stop (or ask the stack `make up` started)
 	.venv/bin/baton demo
 
 train-demo: install kafka ## The learning loop: exploration traffic, training, gate, hot rollout, fresh traffic

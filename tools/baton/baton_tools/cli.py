@@ -52,6 +52,12 @@ def cmd_down(args) -> int:
 def cmd_demo(args) -> int:
     from baton_tools.demo import run_demo
 
+    if (RUN_DIR / "stack.json").exists():
+        # A stack `make up` started: ask it, and leave it running, so its console shows the traffic.
+        stack = Stack.attach(RUN_DIR)
+        run_demo(stack.base_url, stack.config, count=args.questions)
+        print(f"\nasked the running stack; its console is at {stack.console_url}")
+        return 0
     run_dir = RUN_DIR.parent / "demo"
     stack = Stack(run_dir, config_file=config_path(), env=TERMINAL_LOGS)
     print(f"configuration: {stack.config_file}")
@@ -124,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
                    "(a name from .baton/run/stack.json: gateway, router, synthesizer, reward-logger, executor-<provider>-<i>)")
     p.set_defaults(fn=cmd_up)
     sub.add_parser("down", help="stop what `baton up` started").set_defaults(fn=cmd_down)
-    p = sub.add_parser("demo", help="start everything, ask real questions, print answers and workflows, stop")
+    p = sub.add_parser("demo", help="start everything, ask real questions, print answers and workflows, stop "
+                       "(a stack `baton up` started is asked instead, and left running)")
     p.add_argument("--questions", type=int, default=8)
     p.set_defaults(fn=cmd_demo)
     p = sub.add_parser("check-config", help="validate a configuration file")
