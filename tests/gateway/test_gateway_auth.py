@@ -180,7 +180,7 @@ def test_key_hashes_may_come_from_the_environment():
 @pytest.mark.parametrize("env, fragment", [
     ({"BATON_API_KEYS": "a-plaintext-key"}, "entry 1 is not"),
     ({"BATON_API_KEYS": f"ghost:{'a' * 64}"}, "no such tenant"),
-    ({"BATON_API_KEYS": f"slow:{'a' * 64}:admin"}, "unknown scopes"),
+    ({"BATON_API_KEYS": f"slow:{'a' * 64}:root"}, "unknown scopes"),
 ])
 def test_bad_key_entries_fail_the_start_without_repeating_them(env, fragment):
     with pytest.raises(ConfigError, match=fragment) as err:
