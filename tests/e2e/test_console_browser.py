@@ -11,8 +11,10 @@ from pathlib import Path
 import openai
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service as ChromeService
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
 from testbed import MMLU_PRO, default_config_data, running_stack, wait_for_episodes
 
 from baton_platform.apikeys import hash_key, mint_key
@@ -36,6 +38,9 @@ def served(kafka_bootstrap, tmp_path_factory):
     data["tenants"] = [{"name": "acme", "budget_usd": 5, "keys": [{"sha256": hash_key(CALLER), "scopes": ["chat", "eval"]}]},
                        {"name": "ops", "keys": [{"sha256": hash_key(ADMIN), "scopes": ["admin", "chat", "eval"]}]}]
     data["reward_logger"]["flush_interval_s"] = 0.5
+    # The stack's readiness checks read the dataset too: a page must not show that read, made before
+    # the questions were asked, for the default 5 s.
+    data["console"] = {"refresh_s": 0.2}
     with running_stack(data, tmp_path_factory.mktemp("console"), kafka_bootstrap) as stack:
         ids = []
         for i, row in enumerate(questions(QUESTIONS)):
@@ -64,6 +69,12 @@ def browser():
         driver.quit()
 
 
+def arrived(browser, heading: str) -> None:
+    """Wait for the page a click led to: until then the old page's elements are still found."""
+    WebDriverWait(browser, 10, ignored_exceptions=[StaleElementReferenceException]).until(
+        lambda b: b.find_element(By.TAG_NAME, "h1").text == heading)
+
+
 def shot(browser, name):
     folder = os.environ.get("BATON_CONSOLE_SCREENSHOTS")
     if folder:
@@ -77,7 +88,7 @@ def signed_in(served, browser):
     assert browser.current_url.endswith("/login"), "the console asks for a key first"
     browser.find_element(By.NAME, "key").send_keys(ADMIN)
     browser.find_element(By.TAG_NAME, "button").click()
-    assert browser.find_element(By.TAG_NAME, "h1").text == "Overview"
+    arrived(browser, "Overview")
     return browser
 
 
@@ -114,6 +125,7 @@ def test_the_episodes_sent_are_listed_and_found(served, signed_in):
     shot(signed_in, "episodes")
     signed_in.find_element(By.NAME, "tenant").send_keys("acme")
     signed_in.find_element(By.TAG_NAME, "button").click()
+    WebDriverWait(signed_in, 10).until(lambda b: "tenant=acme" in b.current_url)
     found = {a.text for a in signed_in.find_elements(By.CSS_SELECTOR, "#episodes a")}
     assert found == {rid for i, rid in enumerate(served.request_ids) if i % 2}, "the acme key sent the odd ones"
 
@@ -122,7 +134,7 @@ def test_one_episode_shows_every_step(served, signed_in):
     rid = served.request_ids[0]
     signed_in.get(served.console_url + "/episodes")
     signed_in.find_element(By.LINK_TEXT, rid).click()
-    assert signed_in.find_element(By.TAG_NAME, "h1").text == f"Episode {rid}"
+    arrived(signed_in, f"Episode {rid}")
     row = served.rows[rid]
     steps = signed_in.find_elements(By.CSS_SELECTOR, "#steps tr.step")
     assert len(steps) == len(row["steps"]) > 0

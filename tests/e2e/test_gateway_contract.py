@@ -54,7 +54,9 @@ def stack(kafka_bootstrap, standin, tmp_path_factory):
     data["kafka"] = {"partitions": 2, "session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
     data["gateway"] = {"auth": "keys", "request_timeout_s": 60}
     data["tenants"] = [
-        {"name": "fuzz", "keys": [{"sha256": hash_key(FUZZ_KEY), "scopes": ["chat", "feedback"]}]},
+        # The fuzz's hundreds of ratings a minute are not the abuse feedback_per_minute is there for.
+        {"name": "fuzz", "feedback_per_minute": 100_000,
+         "keys": [{"sha256": hash_key(FUZZ_KEY), "scopes": ["chat", "feedback"]}]},
         {"name": "limited", "models": ["baton"], "requests_per_minute": 1, "keys": [{"sha256": hash_key(LIMITED_KEY)}]},
         {"name": "broke", "budget_usd": 1e-9, "keys": [{"sha256": hash_key(BROKE_KEY)}]},
         {"name": "reviewers"},  # its key comes from the environment, as the chart's Secret gives it

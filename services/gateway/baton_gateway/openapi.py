@@ -174,7 +174,7 @@ def openapi_document(models: set[str] | frozenset[str] = frozenset({DEFAULT_POLI
                 "description": "A score for an answer; needs a key with the `feedback` scope.",
                 "requestBody": {"required": True, "content": {"application/json": {"schema": ref("FeedbackIn")}}},
                 "responses": {"202": _json("Accepted.", ref("FeedbackAccepted")),
-                              **{c: ERRORS[c] for c in ("400", "401", "413", "503")}}}},
+                              **{c: ERRORS[c] for c in ("400", "401", "413", "429", "503")}}}},
             "/health/live": health,
             "/health/ready": health,
         },
