@@ -56,6 +56,17 @@ def outcome(row: dict) -> str:
     return "right" if row["quality"] >= 0.5 else "wrong"
 
 
+def version_of(row: dict) -> str:
+    """The policy version that planned the episode, or its backend when it has none (static, ...)."""
+    return row.get("plan_policy_version") or row.get("plan_backend") or "-"
+
+
+def sole_worker(row: dict) -> str | None:
+    """The one worker of a one-step plan; None for a plan of more steps or none."""
+    steps = plan_steps(row)
+    return steps[0].get("worker", "?") if len(steps) == 1 else None
+
+
 def eval_name(row: dict) -> str:
     try:
         return str(json.loads(row.get("metadata_json") or "{}").get("baton_eval", "")).split(":")[0] or "-"
@@ -67,7 +78,7 @@ def split_keys(row: dict, by: str) -> list[str]:
     if by == "tenant":
         return [row.get("tenant") or "-"]
     if by == "version":
-        return [row.get("plan_policy_version") or row.get("plan_backend") or "-"]
+        return [version_of(row)]
     return workers_of(row) or ["-"]
 
 
@@ -155,10 +166,9 @@ def frontier(rows: list[dict]) -> list[tuple[str, float, float, int]]:
     for r in rows:
         if r.get("quality") is None:
             continue
-        steps = plan_steps(r)
-        if len(steps) == 1:
-            alone[steps[0].get("worker", "?")].append(r)
-        versions[r.get("plan_policy_version") or r.get("plan_backend") or "-"].append(r)
+        if (worker := sole_worker(r)) is not None:
+            alone[worker].append(r)
+        versions[version_of(r)].append(r)
     for prefix, groups in (("worker ", alone), ("policy ", versions)):
         for name, rs in sorted(groups.items()):
             points.append((prefix + name, sum(r["cost_usd"] or 0 for r in rs) / len(rs), mean_quality(rs) or 0.0, len(rs)))

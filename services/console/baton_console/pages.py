@@ -4,6 +4,7 @@ came from the dataset is escaped; links carry only values the console chose or t
 from __future__ import annotations
 
 import json
+from collections import Counter
 from html import escape
 from urllib.parse import quote, urlencode
 
@@ -53,8 +54,7 @@ def quality(rows: list[dict]) -> str:
     if (msg := empty(rows)) is not None:
         return frame("Quality and cost", msg)
     b = data.Buckets.over(rows)
-    per_version = data.series(rows, b, lambda r: [r.get("plan_policy_version") or r.get("plan_backend") or "-"],
-                              data.mean_quality)
+    per_version = data.series(rows, b, lambda r: [data.version_of(r)], data.mean_quality)
     marks = [(t, f"rollout {v}") for t, v in data.rollouts(rows)]
     return frame("Quality and cost", "<div class='grid'>"
                  + svg.lines("graded quality per policy version (dashed: a version's first answer)", b.times(),
@@ -80,11 +80,11 @@ def workers(rows: list[dict]) -> str:
         return frame("Workers", msg)
     b = data.Buckets.over(rows)
     share = data.series(rows, b, data.workers_of, lambda rs: float(len(rs)), 0.0)
-    totals = [sum(1 for r in rows if r.get("completed_unix_ms") and b.index(r) == i) for i in range(b.count)]
+    per_bucket = Counter(b.index(r) for r in rows if r.get("completed_unix_ms"))
+    totals = [per_bucket[i] for i in range(b.count)]
     share = {w: [None if v is None or not totals[i] else v / totals[i] for i, v in enumerate(vs)]
              for w, vs in share.items()}
-    alone = data.series(rows, b, lambda r: [s.get("worker", "?") for s in data.plan_steps(r)][:1]
-                        if len(data.plan_steps(r)) == 1 else [], data.mean_quality)
+    alone = data.series(rows, b, lambda r: [w] if (w := data.sole_worker(r)) else [], data.mean_quality)
     return frame("Workers", "<div class='grid'>"
                  + svg.lines("share of requests each worker took part in", b.times(), b.width_ms, share)
                  + svg.lines("graded quality of each worker answering alone, as it is learned", b.times(),
