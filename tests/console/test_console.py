@@ -11,15 +11,8 @@ from baton.v1 import common_pb2, feedback_pb2, requests_pb2, responses_pb2
 from baton_console.main import create_app
 from baton_platform.apikeys import hash_key, mint_key
 from baton_platform.config import BatonConfig
-from baton_reward_logger.episodes import (
-    EPISODE_SCHEMA,
-    FEEDBACK_SCHEMA,
-    DatasetWriter,
-    Record,
-    episode_row,
-    feedback_row,
-)
-from baton_reward_logger.rewards import Reward
+from baton_platform.dataset import EPISODE_SCHEMA, FEEDBACK_SCHEMA, Reward, episode_row, feedback_row
+from baton_reward_logger.episodes import DatasetWriter, Record
 
 ADMIN, CHAT_ONLY = mint_key(), mint_key()
 T0 = 1_764_000_000_000

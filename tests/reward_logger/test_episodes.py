@@ -9,15 +9,9 @@ import pytest
 
 from baton.v1 import common_pb2, feedback_pb2, requests_pb2, responses_pb2
 from baton_graders import EvalItem, EvalRegistry
+from baton_platform.dataset import EPISODE_SCHEMA, FEEDBACK_SCHEMA, episode_row, feedback_row
 from baton_reward_logger import episodes
-from baton_reward_logger.episodes import (
-    EPISODE_SCHEMA,
-    FEEDBACK_SCHEMA,
-    DatasetWriter,
-    Record,
-    episode_row,
-    feedback_row,
-)
+from baton_reward_logger.episodes import DatasetWriter, Record
 from baton_reward_logger.rewards import score
 
 

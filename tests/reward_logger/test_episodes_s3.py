@@ -7,7 +7,8 @@ import pyarrow.dataset as ds
 from reward_logger.test_episodes import record
 from s3fs import S3FileSystem
 
-from baton_reward_logger.episodes import EPISODE_SCHEMA, DatasetWriter
+from baton_platform.dataset import EPISODE_SCHEMA
+from baton_reward_logger.episodes import DatasetWriter
 from baton_trainer.cluster import count_episodes
 from baton_trainer.grpo_data import read_episodes
 

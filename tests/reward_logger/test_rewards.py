@@ -15,9 +15,10 @@ from testbed import MMLU_PRO
 from baton.v1 import common_pb2, requests_pb2, responses_pb2
 from baton_graders import EvalItem, EvalRegistry, EvalSetError, GradingError, IsolatedGrader
 from baton_platform.config import ConfigError, load_config
+from baton_platform.dataset import EPISODE_SCHEMA
 from baton_platform.service import Service
 from baton_platform.telemetry import setup_tracing
-from baton_reward_logger.episodes import EPISODE_SCHEMA, DatasetWriter
+from baton_reward_logger.episodes import DatasetWriter
 from baton_reward_logger.handlers import TopicRecorder, response_row_maker
 from baton_reward_logger.metrics import DatasetMetrics
 from baton_reward_logger.rewards import score

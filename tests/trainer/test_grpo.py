@@ -18,8 +18,8 @@ from baton.v1 import common_pb2, requests_pb2
 from baton_conductor import Prompter, render_plan
 from baton_conductor.prompt import example_plan
 from baton_platform.config import BatonConfig, load_config
+from baton_platform.dataset import EPISODE_SCHEMA
 from baton_policy.matrix import from_rows, read_rows
-from baton_reward_logger.episodes import EPISODE_SCHEMA
 from baton_trainer.grpo_data import (
     OutcomeTable,
     build_prompts,

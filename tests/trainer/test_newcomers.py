@@ -309,8 +309,7 @@ def test_a_new_worker_joins_the_policys_best_learned_panel_weighed_by_its_own_he
 
 def test_the_policy_sees_a_requests_tools_and_training_reads_what_serving_saw(write_config, tmp_path):
     from baton.v1 import responses_pb2
-    from baton_reward_logger.episodes import episode_row
-    from baton_reward_logger.rewards import Reward
+    from baton_platform.dataset import Reward, episode_row
     from baton_workflow import policy_query
 
     # Tool requests are served well by one worker, plain ones by another: only the markers tell them apart.

@@ -211,7 +211,7 @@ def response_row_maker(scheme, cost_weight: float, evals=None, grade_fn=None, ou
     """Episodes graded against the operator's evaluation sets (`evals`), with `grade_fn` (by default
     in process; the service passes an IsolatedGrader's, which bounds each grade's time)."""
     from baton_graders import grade
-    from baton_reward_logger.episodes import episode_row
+    from baton_platform.dataset import episode_row
     from baton_reward_logger.rewards import score
 
     def make(response: responses_pb2.Response, partition: int, offset: int):
@@ -269,7 +269,7 @@ def _outcome(reward) -> str:
 
 
 def feedback_row_maker() -> RowMaker:
-    from baton_reward_logger.episodes import feedback_row
+    from baton_platform.dataset import feedback_row
 
     def make(fb: feedback_pb2.Feedback, partition: int, offset: int):
         if not fb.response_id:

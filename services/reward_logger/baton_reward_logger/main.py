@@ -9,9 +9,10 @@ from baton.v1 import feedback_pb2, responses_pb2
 from baton_graders import EvalRegistry, IsolatedGrader
 from baton_platform import topics
 from baton_platform.config import BatonConfig, load_config
+from baton_platform.dataset import EPISODE_SCHEMA, FEEDBACK_SCHEMA
 from baton_platform.http import serve
 from baton_platform.service import Service
-from baton_reward_logger.episodes import EPISODE_SCHEMA, FEEDBACK_SCHEMA, DatasetWriter
+from baton_reward_logger.episodes import DatasetWriter
 from baton_reward_logger.handlers import (
     TopicRecorder,
     feedback_row_maker,

@@ -18,26 +18,17 @@ episode with no quality and a "grading failed" reason.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Literal
 
 from baton.v1 import responses_pb2
 from baton_graders import EVAL_METADATA_KEY, EvalRegistry, Grade, grade
+from baton_platform.dataset import Reward
 
 Scheme = Literal["quality_minus_cost", "conductor"]
 GradeFn = Callable[..., Grade]
 
 _IGNORED = ("grader", "reference")
 NO_ITEM = "no evaluation item"
-
-
-@dataclass(frozen=True)
-class Reward:
-    grader: str | None
-    reference: str | None
-    quality: float | None
-    reward: float | None
-    detail: str
 
 
 def _ignored_note(meta) -> str:
