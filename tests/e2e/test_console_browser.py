@@ -95,6 +95,7 @@ def signed_in(served, browser):
 def test_the_overview_charts_the_traffic_sent(served, signed_in):
     signed_in.get(served.console_url + "/")
     assert f"{QUESTIONS} episodes" in signed_in.find_element(By.TAG_NAME, "main").text
+    assert "Live: following baton.responses" in signed_in.find_element(By.ID, "live").text, "and Kafka, live"
     charts = signed_in.find_elements(By.CSS_SELECTOR, "figure.chart svg")
     assert len(charts) == 5 and all(c.size["width"] > 300 for c in charts), "five charts, drawn"
     legends = {e.text for e in signed_in.find_elements(By.CSS_SELECTOR, "text.legend")}

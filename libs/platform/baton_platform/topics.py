@@ -16,6 +16,7 @@ GROUP_ROUTER = "baton-router"
 GROUP_SYNTHESIZER = "baton-synthesizer"
 GROUP_GATEWAY = "baton-gateway"
 GROUP_REWARD_LOGGER = "baton-reward-logger"
+GROUP_CONSOLE = "baton-console"  # a prefix: each console replica reads in a group of its own
 
 # The record header that carries a dead letter's reason.
 DLQ_REASON_HEADER = "baton-dlq-reason"

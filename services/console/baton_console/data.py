@@ -10,6 +10,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from baton_console.live import LiveEpisodes
 from baton_platform.dataset import open_dataset, with_string_column
 
 COLUMNS = ["request_id", "tenant", "policy", "created_unix_ms", "completed_unix_ms", "query", "metadata_json",
@@ -199,11 +200,13 @@ def search(rows: list[dict], *, request_id: str = "", tenant: str = "", worker: 
 @dataclass
 class Episodes:
     """The newest `most` episodes under `root` (the reward logger's dataset_dir), oldest first, and
-    the feedback on them; read again at most every `refresh_s` seconds, off the event loop."""
+    the feedback on them; read again at most every `refresh_s` seconds, off the event loop. With
+    `live`, the episodes followed on Kafka that the dataset does not hold yet come after them."""
 
     root: str
     refresh_s: float = 5.0
     most: int = 50_000
+    live: LiveEpisodes | None = None
     rows: list[dict] = field(default_factory=list)
     feedback: dict[str, list[dict]] = field(default_factory=dict)
     read_at: float = float("-inf")
@@ -214,7 +217,11 @@ class Episodes:
             if time.monotonic() - self.read_at >= self.refresh_s:
                 self.rows, self.feedback = await asyncio.to_thread(self._read)
                 self.read_at = time.monotonic()
-        return self.rows
+                if self.live is not None:
+                    self.live.written(r["request_id"] for r in self.rows)
+        if self.live is None or not self.live.rows:
+            return self.rows
+        return (self.rows + self.live.pending())[-self.most:]
 
     def _read(self) -> tuple[list[dict], dict[str, list[dict]]]:
         root = self.root.rstrip("/")
@@ -236,6 +243,8 @@ class Episodes:
         return unique, dict(feedback)
 
     def find(self, request_id: str) -> dict | None:
+        if self.live is not None and request_id in self.live.rows:
+            return self.live.rows[request_id]
         return next((r for r in reversed(self.rows) if r["request_id"] == request_id), None)
 
     async def ready(self) -> str | None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import AsyncIterator, Mapping
 from urllib.parse import parse_qs
 
 from prometheus_client import CollectorRegistry
@@ -13,6 +14,7 @@ from starlette.routing import Route
 
 from baton_console import data, pages
 from baton_console.access import COOKIE, AdminKeys
+from baton_console.live import Follower, LiveEpisodes
 from baton_console.metrics import ConsoleMetrics
 from baton_platform.config import BatonConfig, load_config
 from baton_platform.http import live_endpoint, metrics_endpoint, ready_endpoint, serve
@@ -26,8 +28,10 @@ class Console:
 
     def __init__(self, config: BatonConfig, env: Mapping[str, str] | None = None) -> None:
         self.keys = AdminKeys(config, env)
+        self.live = LiveEpisodes(config.console.max_episodes, data.COLUMNS) if config.console.live else None
+        self.follower = Follower(config.kafka, self.live) if self.live is not None else None
         self.episodes = data.Episodes(config.reward_logger.dataset_dir, config.console.refresh_s,
-                                      config.console.max_episodes)
+                                      config.console.max_episodes, self.live)
         self.trace_url = config.console.trace_url
         self.budgets = {t.name: t.budget_usd for t in config.tenants}
         self.registry = CollectorRegistry()
@@ -54,9 +58,19 @@ class Console:
 
         return page
 
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        if self.follower is not None:
+            self.follower.start()
+        try:
+            yield
+        finally:
+            if self.follower is not None:
+                await self.follower.stop()
+
     async def overview(self, request: Request, rows: list[dict]) -> Response:
         by = request.query_params.get("by", "tenant")
-        return HTMLResponse(pages.overview(rows, by if by in data.SPLITS else "tenant"))
+        return HTMLResponse(pages.overview(rows, by if by in data.SPLITS else "tenant", self.live))
 
     async def quality(self, request: Request, rows: list[dict]) -> Response:
         return HTMLResponse(pages.quality(rows))
@@ -95,7 +109,8 @@ class Console:
 
 
 def create_app(config: BatonConfig, env: Mapping[str, str] | None = None) -> Starlette:
-    return Starlette(routes=Console(config, env).routes())
+    console = Console(config, env)
+    return Starlette(routes=console.routes(), lifespan=console.lifespan)
 
 
 def run() -> None:

@@ -9,6 +9,7 @@ from html import escape
 from urllib.parse import quote, urlencode
 
 from baton_console import data, svg
+from baton_console.live import LiveEpisodes
 
 STYLE = """
 body{font:14px system-ui,sans-serif;margin:0;color:#222;background:#fafafa}
@@ -41,13 +42,22 @@ def choices(name: str, options: tuple[str, ...], chosen: str, path: str) -> str:
                       for o in options)
 
 
-def overview(rows: list[dict], by: str) -> str:
+def live_line(live: LiveEpisodes | None) -> str:
+    """Where the newest episodes come from: the dataset alone, or also Kafka (and how that goes)."""
+    if live is None:
+        return "<p class='muted'>Live traffic is off (console.live): episodes appear once the reward logger writes them.</p>"
+    skipped = f"; {live.skipped} records that are not responses skipped" if live.skipped else ""
+    return (f"<p class='muted' id='live'>Live: {escape(live.status)}; {len(live.rows)} answers not yet in the dataset "
+            f"(ungraded until they are){skipped}.</p>")
+
+
+def overview(rows: list[dict], by: str, live: LiveEpisodes | None = None) -> str:
     if (msg := empty(rows)) is not None:
-        return frame("Overview", msg)
+        return frame("Overview", msg + live_line(live))
     buckets, charts = data.overview(rows, by)
     figures = "".join(svg.lines(name, buckets.times(), buckets.width_ms, values) for name, values in charts.items())
     return frame("Overview", f"<p>{len(rows)} episodes. Split by {choices('by', data.SPLITS, by, '/')}</p>"
-                             f"<div class='grid'>{figures}</div>")
+                             f"{live_line(live)}<div class='grid'>{figures}</div>")
 
 
 def quality(rows: list[dict]) -> str:

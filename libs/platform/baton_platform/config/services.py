@@ -153,6 +153,9 @@ class ConsoleConfig(_HttpService):
     refresh_s: float = Field(default=5.0, gt=0, description="Seconds a page may show before the dataset is read again.")
     max_episodes: int = Field(default=50_000, ge=1, description="The newest episodes the console holds; older ones "
                               "stay in the dataset for the trainer.")
+    live: bool = Field(default=True, description="Follow baton.responses on Kafka (a consumer group per replica, "
+                       "from the end, nothing committed) to show each answer seconds after it is sent, before the "
+                       "reward logger has written and graded it; false: the dataset only.")
     trace_url: str | None = Field(default=None, description="A tracing UI's search for one request's trace, with "
                                   "{request_id} in it (spans carry baton.request_id), e.g. Jaeger's "
                                   "http://jaeger:16686/search?service=baton-synthesizer&tags=%7B%22baton.request_id"
