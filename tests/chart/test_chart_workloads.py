@@ -255,6 +255,27 @@ def test_the_console_is_off_by_default_and_when_on_reads_the_dataset_read_only_w
     assert any(s["metadata"]["name"] == console["metadata"]["name"] for s in by_kind(objects, "Service"))
 
 
+def test_the_console_reads_the_refusals_from_the_gateway_service_or_the_prometheus_named():
+    objects = render((THREE,), sets=("console.enabled=true", "networkPolicy.enabled=true",
+                                     "networkPolicy.allowExternal=false", "networkPolicy.restrictEgress=true"))
+    (console,) = [d for d in by_kind(objects, "Deployment") if container(d)["name"] == "console"]
+    (gateway,) = [s for s in by_kind(objects, "Service") if s["metadata"]["labels"]["app.kubernetes.io/component"] == "gateway"]
+    url = env_of(container(console))["BATON_CONSOLE__GATEWAY_METRICS_URL"]["value"]
+    assert url == f"http://{gateway['metadata']['name']}.{gateway['metadata']['namespace']}.svc:" \
+                  f"{gateway['spec']['ports'][0]['port']}/metrics"
+    console_pods = pod_labels(console)
+    policies = {p["metadata"]["labels"]["app.kubernetes.io/component"]: p["spec"] for p in by_kind(objects, "NetworkPolicy")}
+    admitted = [peer["podSelector"]["matchLabels"] for peer in policies["gateway"]["ingress"][0]["from"] if "podSelector" in peer]
+    assert any(labels.items() <= console_pods.items() for labels in admitted), "the gateway admits the console"
+    assert policies["console"]["podSelector"]["matchLabels"].items() <= console_pods.items()
+    assert policies["console"]["egress"][0]["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "gateway"
+    with_prometheus = render((THREE,), sets=("console.enabled=true", "console.prometheusUrl=http://prometheus:9090"))
+    (console,) = [d for d in by_kind(with_prometheus, "Deployment") if container(d)["name"] == "console"]
+    env = env_of(container(console))
+    assert env["BATON_CONSOLE__PROMETHEUS_URL"]["value"] == "http://prometheus:9090"
+    assert "BATON_CONSOLE__GATEWAY_METRICS_URL" not in env
+
+
 def test_topics_job_is_a_pre_install_hook_running_baton_topics():
     objects = render((DEFAULT,))
     (job,) = by_kind(objects, "Job")

@@ -1,14 +1,23 @@
 """The console's pages on a dataset the reward logger's own writer made: who may read them, what
 they show, and that what a client wrote is shown as text, never as markup."""
 
+import base64
 import json
+import socket
+import threading
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 from starlette.testclient import TestClient
 from testbed import default_config_data
 
 from baton.v1 import common_pb2, feedback_pb2, requests_pb2, responses_pb2
 from baton_console.main import create_app
+from baton_console.refusals import RefusalSource
+from baton_gateway.metrics import GatewayMetrics
 from baton_platform.apikeys import hash_key, mint_key
 from baton_platform.config import BatonConfig
 from baton_platform.dataset import EPISODE_SCHEMA, FEEDBACK_SCHEMA, Reward, episode_row, feedback_row
@@ -126,6 +135,98 @@ def test_tenants_show_spend_against_budget(dataset):
     page = signed_in(console(dataset)).get("/tenants").text
     assert "<td>acme</td><td>0.003000</td><td>0.01</td><td>30%</td>" in page
     assert "<td>zeta</td><td>0.003000</td>" in page
+
+
+@contextmanager
+def serving(answer):
+    """A real HTTP server on loopback: `answer(path, query, headers)` gives each GET's (content type, body)."""
+    asked = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            url = urlsplit(self.path)
+            asked.append((url.path, parse_qs(url.query), dict(self.headers)))
+            kind, body = answer(url.path, parse_qs(url.query), self.headers)
+            self.send_response(200)
+            self.send_header("content-type", kind)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", asked
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def refusals_of(page):
+    table = page.split("id='refusals'>")[1].split("</table>")[0]
+    return [[c.split("<")[0] for c in row.split("<td>")[1:]] for row in table.split("<tr>")[2:]]
+
+
+def test_tenants_draw_the_refusals_one_gateway_counted(dataset):
+    registry = CollectorRegistry()
+    metrics = GatewayMetrics(registry, ["acme", "zeta"], waiting=lambda: 0.0)
+    for tenant, outcome, n in (("acme", "rate_limit_exceeded", 3), ("acme", "answered", 7), ("acme", "rejected", 1),
+                               ("zeta", "insufficient_quota", 2), ("zeta", "failed", 4), ("<b>x</b>", "overloaded", 1)):
+        metrics.tenant_requests.labels(tenant, outcome).inc(n)
+    with serving(lambda path, query, headers: ("text/plain; version=0.0.4", generate_latest(registry))) as (url, asked):
+        page = signed_in(console(dataset, gateway_metrics_url=url + "/metrics")).get("/tenants").text
+    assert asked and asked[0][0] == "/metrics"
+    assert "<td>acme</td><td>0.003000</td><td>0.01</td><td>30%</td>" in page, "spend is still shown"
+    header = page.split("id='refusals'>")[1].split("</tr>")[0]
+    assert [h.split(">")[1] for h in header.split("<th")[2:]] == [
+        "rate limit</th", "budget spent</th", "at capacity</th", "other rejections</th", "total</th"]
+    assert refusals_of(page) == [["acme", "3", "0", "0", "1", "4"], ["zeta", "0", "2", "0", "0", "2"],
+                                 ["&lt;b&gt;x&lt;/b&gt;", "0", "0", "1", "0", "1"]]
+    chart = page.split("refused requests by tenant and reason</figcaption>")[1].split("</svg>")[0]
+    assert chart.count("<rect") == 4 + 4, "a bar for each tenant's reason, and the legend's four"
+    assert "<title>acme, rate limit: 3</title>" in chart and "<b>x</b>" not in page
+    assert f"Read from {url}/metrics, since the gateway started" in page
+
+
+def test_tenants_sum_the_refusals_of_every_replica_from_prometheus(dataset):
+    vector = {"status": "success", "data": {"resultType": "vector", "result": [
+        {"metric": {"tenant": "acme", "outcome": "rate_limit_exceeded"}, "value": [T0 / 1000, "12.000000001"]},
+        {"metric": {"tenant": "zeta", "outcome": "insufficient_quota"}, "value": [T0 / 1000, "0"]}]}}
+    with serving(lambda path, query, headers: ("application/json", json.dumps(vector).encode())) as (url, asked):
+        secret_url = url.replace("http://", "http://reader:s3cret@")
+        page = signed_in(console(dataset, prometheus_url=secret_url, refusals_window="7d")).get("/tenants").text
+    (path, query, headers), = asked
+    assert path == "/api/v1/query"
+    assert query["query"] == ['sum by (tenant, outcome) (increase(baton_gateway_tenant_requests_total'
+                              '{outcome!~"answered|failed"}[7d]))']
+    assert headers["Authorization"] == "Basic " + base64.b64encode(b"reader:s3cret").decode(), "the URL's user signs in"
+    assert refusals_of(page) == [["acme", "12", "12"]], "a reason no tenant met has no column"
+    assert f"Read from {url}, in the last 7d." in page and "s3cret" not in page and "reader" not in page
+
+
+def test_a_source_that_cannot_be_read_leaves_the_page_saying_why(dataset):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}/metrics"
+    client = signed_in(console(dataset, gateway_metrics_url=closed))
+    r = client.get("/tenants")
+    assert r.status_code == 200 and "<td>zeta</td><td>0.003000</td>" in r.text
+    assert f"Could not read the refusals from {closed}, since the gateway started" in r.text and "ConnectError" in r.text
+    with serving(lambda path, query, headers: ("text/html", b"<html>not metrics</html>")) as (url, _):
+        page = signed_in(console(dataset, prometheus_url=url)).get("/tenants").text
+    assert f"Could not read the refusals from {url}, in the last 24h: JSONDecodeError" in page
+
+
+def test_the_gateway_read_by_default_is_the_configured_one():
+    data = default_config_data()
+    data["gateway"] = {"host": "0.0.0.0", "port": 8181, "auth": "keys"}
+    assert RefusalSource.of(BatonConfig(**data)).url == "http://127.0.0.1:8181/metrics"
+    with pytest.raises(ValueError, match="Prometheus duration"):
+        BatonConfig(**{**data, "console": {"refusals_window": "24 hours"}})
 
 
 def test_episodes_are_found_by_tenant_worker_outcome_and_id(dataset):

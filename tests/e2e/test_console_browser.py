@@ -1,6 +1,7 @@
 """The console in a real browser (Debian's Chromium, driven by Selenium) on a stack of service
 processes that answered real requests: sign in with an admin key, see the traffic on every page, find
-the episodes that were sent, and read each step of one. BATON_CONSOLE_SCREENSHOTS=DIR saves each page."""
+the episodes that were sent, read each step of one, and see the requests the gateway refused a
+rate-limited tenant. BATON_CONSOLE_SCREENSHOTS=DIR saves each page."""
 
 import csv
 import os
@@ -19,7 +20,7 @@ from testbed import MMLU_PRO, default_config_data, running_stack, wait_for_episo
 
 from baton_platform.apikeys import hash_key, mint_key
 
-ADMIN, CALLER = mint_key(), mint_key()
+ADMIN, CALLER, CAPPED = mint_key(), mint_key(), mint_key()
 QUESTIONS = 6
 
 
@@ -32,11 +33,14 @@ def questions(n):
 
 @pytest.fixture(scope="module")
 def served(kafka_bootstrap, tmp_path_factory):
-    """A stack whose gateway answered QUESTIONS graded questions from two tenants."""
+    """A stack whose gateway answered QUESTIONS graded questions from three tenants, and refused the
+    one allowed a request a minute its second request (429) and one for a model it does not serve."""
     data = default_config_data()
     data["gateway"] = {"auth": "keys"}
     data["tenants"] = [{"name": "acme", "budget_usd": 5, "keys": [{"sha256": hash_key(CALLER), "scopes": ["chat", "eval"]}]},
-                       {"name": "ops", "keys": [{"sha256": hash_key(ADMIN), "scopes": ["admin", "chat", "eval"]}]}]
+                       {"name": "ops", "keys": [{"sha256": hash_key(ADMIN), "scopes": ["admin", "chat", "eval"]}]},
+                       {"name": "capped", "requests_per_minute": 1,
+                        "keys": [{"sha256": hash_key(CAPPED), "scopes": ["chat", "eval"]}]}]
     data["reward_logger"]["flush_interval_s"] = 0.5
     # The stack's readiness checks read the dataset too: a page must not show that read, made before
     # the questions were asked, for the default 5 s.
@@ -44,11 +48,18 @@ def served(kafka_bootstrap, tmp_path_factory):
     with running_stack(data, tmp_path_factory.mktemp("console"), kafka_bootstrap) as stack:
         ids = []
         for i, row in enumerate(questions(QUESTIONS)):
-            client = openai.OpenAI(base_url=stack.base_url, api_key=CALLER if i % 2 else ADMIN, max_retries=0, timeout=60)
-            completion = client.chat.completions.create(
-                model="baton", messages=[{"role": "user", "content": row["prompt"]}],
-                metadata={"baton_eval": f"mmlu_pro:{row['sample_id']}"})
+            key = CALLER if i % 2 else CAPPED if i == 0 else ADMIN
+            client = openai.OpenAI(base_url=stack.base_url, api_key=key, max_retries=0, timeout=60)
+            ask = {"messages": [{"role": "user", "content": row["prompt"]}],
+                   "metadata": {"baton_eval": f"mmlu_pro:{row['sample_id']}"}}
+            completion = client.chat.completions.create(model="baton", **ask)
             ids.append(completion.model_extra["baton"]["request_id"])
+            if key == CAPPED:  # its one request of the minute is spent: the next is refused, as is an unknown model
+                with pytest.raises(openai.RateLimitError) as limited:
+                    client.chat.completions.create(model="baton", **ask)
+                assert limited.value.code == "rate_limit_exceeded"
+                with pytest.raises(openai.NotFoundError):
+                    client.chat.completions.create(model="no-such-model", **ask)
         rows = wait_for_episodes(stack.dataset_dir, ids, 60)
         assert len(rows) == QUESTIONS
         stack.request_ids, stack.rows = ids, {r["request_id"]: r for r in rows}
@@ -117,6 +128,22 @@ def test_every_page_draws_the_traffic(served, signed_in, path, heading):
     if path == "/tenants":
         assert "acme" in text and "ops" in text
     shot(signed_in, path.strip("/"))
+
+
+def test_the_tenants_page_draws_the_requests_the_gateway_refused(served, signed_in):
+    signed_in.get(served.console_url + "/tenants")
+    rows = {r.find_elements(By.TAG_NAME, "td")[0].text: [c.text for c in r.find_elements(By.TAG_NAME, "td")[1:]]
+            for r in signed_in.find_elements(By.CSS_SELECTOR, "#refusals tr")[1:]}
+    header = [h.text for h in signed_in.find_elements(By.CSS_SELECTOR, "#refusals th")]
+    assert header == ["tenant", "rate limit", "other rejections", "total"]
+    assert rows == {"capped": ["1", "1", "2"]}, "only the capped tenant was refused"
+    (chart,) = [f for f in signed_in.find_elements(By.CSS_SELECTOR, "figure.chart")
+                if f.find_element(By.TAG_NAME, "figcaption").text == "refused requests by tenant and reason"]
+    assert chart.find_element(By.TAG_NAME, "svg").size["width"] > 300
+    assert {e.text for e in chart.find_elements(By.CSS_SELECTOR, "text.legend")} == {"rate limit", "other rejections"}
+    source = signed_in.find_element(By.ID, "refusals-source").text
+    assert source.startswith(f"Read from http://127.0.0.1:{served.gateway_port}/metrics, since the gateway started")
+    shot(signed_in, "tenants-refusals")
 
 
 def test_the_episodes_sent_are_listed_and_found(served, signed_in):

@@ -77,15 +77,27 @@ env:
 {{- define "baton.synthesizer.pod" -}}
 {{- end -}}
 
-{{/* The console reads the episode volume, read-only, and the gateway's key hashes (admin keys). */}}
+{{/*
+The console reads the episode volume, read-only, and the gateway's key hashes (admin keys); it reads
+the gateway's refusals from console.prometheusUrl, else (unless config.console names a source) from
+the gateway Service's /metrics.
+*/}}
 {{- define "baton.console.pod" -}}
 {{- $root := .root -}}
 {{- $c := $root.Values.config.gateway -}}
+{{- $cc := $root.Values.config.console | default dict -}}
 {{- $mount := include "baton.rewardLogger.datasetMount" $root -}}
-{{- if ne (default "keys" $c.auth) "none" }}
 env:
+  {{- if ne (default "keys" $c.auth) "none" }}
   {{- include "baton.secretEnv" (list (dict "env" (default "BATON_API_KEYS" $c.keys_env) "existingSecret" $root.Values.gateway.auth.existingSecret "existingSecretKey" $root.Values.gateway.auth.existingSecretKey)) | nindent 2 }}
-{{- end }}
+  {{- end }}
+  {{- if $root.Values.console.prometheusUrl }}
+  - name: BATON_CONSOLE__PROMETHEUS_URL
+    value: {{ $root.Values.console.prometheusUrl | quote }}
+  {{- else if not (or $cc.prometheus_url $cc.gateway_metrics_url) }}
+  - name: BATON_CONSOLE__GATEWAY_METRICS_URL
+    value: {{ printf "http://%s.%s.svc:%v/metrics" (include "baton.componentName" (dict "root" $root "component" "gateway")) $root.Release.Namespace (dig "service" "port" $c.port $root.Values.gateway) | quote }}
+  {{- end }}
 {{- if $mount }}
 volumeMounts:
   - name: episodes

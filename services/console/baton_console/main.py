@@ -16,6 +16,7 @@ from baton_console import data, pages
 from baton_console.access import COOKIE, AdminKeys
 from baton_console.live import Follower, LiveEpisodes
 from baton_console.metrics import ConsoleMetrics
+from baton_console.refusals import RefusalSource
 from baton_platform.config import BatonConfig, load_config
 from baton_platform.http import live_endpoint, metrics_endpoint, ready_endpoint, serve
 
@@ -24,7 +25,8 @@ MAX_FORM_BYTES = 4096
 
 
 class Console:
-    """The pages, each read from the episodes as of at most `console.refresh_s` ago."""
+    """The pages, each read from the episodes (and the Tenants page from the gateway's refusals) as of
+    at most `console.refresh_s` ago."""
 
     def __init__(self, config: BatonConfig, env: Mapping[str, str] | None = None) -> None:
         self.keys = AdminKeys(config, env)
@@ -34,6 +36,7 @@ class Console:
                                       config.console.max_episodes, self.live)
         self.trace_url = config.console.trace_url
         self.budgets = {t.name: t.budget_usd for t in config.tenants}
+        self.refusals = RefusalSource.of(config)
         self.registry = CollectorRegistry()
         self.metrics = ConsoleMetrics(self.registry)
 
@@ -82,7 +85,7 @@ class Console:
         return HTMLResponse(pages.workers(rows))
 
     async def tenants(self, request: Request, rows: list[dict]) -> Response:
-        return HTMLResponse(pages.tenants(rows, self.budgets))
+        return HTMLResponse(pages.tenants(rows, self.budgets, await self.refusals.current()))
 
     async def search(self, request: Request, rows: list[dict]) -> Response:
         query = {k: request.query_params.get(k, "")[:200] for k in ("request_id", "tenant", "worker", "result")}

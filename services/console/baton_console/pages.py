@@ -10,6 +10,7 @@ from urllib.parse import quote, urlencode
 
 from baton_console import data, svg
 from baton_console.live import LiveEpisodes
+from baton_console.refusals import REASONS, Refusals
 
 STYLE = """
 body{font:14px system-ui,sans-serif;margin:0;color:#222;background:#fafafa}
@@ -101,7 +102,7 @@ def workers(rows: list[dict]) -> str:
                              b.width_ms, alone) + "</div>")
 
 
-def tenants(rows: list[dict], budgets: dict[str, float | None]) -> str:
+def tenants(rows: list[dict], budgets: dict[str, float | None], refused: Refusals) -> str:
     spent: dict[str, float] = {}
     for r in rows:
         spent[r.get("tenant") or "-"] = spent.get(r.get("tenant") or "-", 0.0) + (r["cost_usd"] or 0)
@@ -116,9 +117,32 @@ def tenants(rows: list[dict], budgets: dict[str, float | None]) -> str:
     chart = svg.lines("cost per minute by tenant (USD)", b.times(), b.width_ms,
                       data.series(rows, b, lambda r: [r.get("tenant") or "-"],
                                   lambda rs: sum(r["cost_usd"] or 0 for r in rs) / (b.width_ms / 60_000), 0.0)) if rows else ""
-    note = ("<p class='muted'>A gateway counts a budget from the answers it received since it started; its "
-            "refusals are the metric baton_gateway_tenant_requests.</p>")
-    return frame("Tenants", f"<div class='grid'>{chart}</div>{body}{note}")
+    note = "<p class='muted'>A gateway counts a budget from the answers it received since it started.</p>"
+    return frame("Tenants", f"<div class='grid'>{chart}</div>{body}{note}<h2>Refused requests</h2>{refusals(refused)}")
+
+
+def refusals(refused: Refusals) -> str:
+    """The requests the gateway refused, by tenant and reason: a stacked bar each, and their counts."""
+    where = f"{escape(refused.source)}, {escape(refused.span)}"
+    if refused.error is not None:
+        return f"<p id='refusals-source' class='muted'>Could not read the refusals from {where}: {escape(refused.error)}.</p>"
+    source = f"<p id='refusals-source' class='muted'>Read from {where}.</p>"
+    if not refused.counts:
+        return f"<p>No request was refused.</p>{source}"
+    parts = refused.reasons()
+    labels = [REASONS.get(p, p) for p in parts]
+    by_total = sorted(refused.counts.items(), key=lambda kv: (-sum(kv[1].values()), kv[0]))
+    chart = svg.stacked("refused requests by tenant and reason", [
+        (t or "-", {REASONS.get(p, p): n for p, n in by.items()}) for t, by in by_total], labels)
+    table = "<table id='refusals'><tr><th>tenant</th>" + "".join(
+        f"<th title='{escape(p)}'>{escape(label)}</th>" for p, label in zip(parts, labels)) + "<th>total</th></tr>"
+    for t, by in by_total:
+        table += f"<tr><td>{escape(t or '-')}</td>" + "".join(f"<td>{by.get(p, 0):.0f}</td>" for p in parts) + \
+                 f"<td>{sum(by.values()):.0f}</td></tr>"
+    return (f"<div class='grid'>{chart}</div>{table}</table>{source}<p class='muted'>Rate limit: a key over its "
+            "requests or tokens per minute; budget spent: the tenant's budget_usd; at capacity: the replica had too "
+            "many requests waiting; other rejections: a request refused for what it asked (unknown model, too large, "
+            "no scope).</p>")
 
 
 def episodes(found: list[dict], query: dict[str, str]) -> str:

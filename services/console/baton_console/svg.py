@@ -1,5 +1,5 @@
-"""Charts as inline SVG, drawn on the server: lines over time, horizontal bars and a cost-quality
-scatter. No script runs in the browser; every mark carries a <title> a pointer shows."""
+"""Charts as inline SVG, drawn on the server: lines over time, horizontal bars (stacked too) and a
+cost-quality scatter. No script runs in the browser; every mark carries a <title> a pointer shows."""
 
 from __future__ import annotations
 
@@ -96,6 +96,27 @@ def bars(title: str, items: list[tuple[str, float]], unit: str = "") -> str:
                     f'<title>{escape(label)}: {number(v)}{unit}</title></rect>'
                     f'<text x="{label_w + plot_w * v / top + 4:.1f}" y="{y + 12}" class="tick">{number(v)}{unit}</text>')
     return _frame(body, title, height)
+
+
+def stacked(title: str, items: list[tuple[str, dict[str, float]]], parts: list[str]) -> str:
+    """One horizontal bar per (label, {part: value}), its parts side by side in `parts`' order and
+    colours, their total at its end."""
+    items = items[:15]
+    height = max(TOP + 20 * max(1, len(items)) + 8, TOP + 14 * min(12, len(parts)) + 8)
+    top = max([sum(v.values()) for _, v in items] + [0.0]) or 1.0
+    label_w, plot_w = 120, W - 120 - RIGHT - 40
+    body = []
+    for i, (label, values) in enumerate(items):
+        y, x = TOP + 20 * i, float(label_w)
+        body.append(f'<text x="{label_w - 6}" y="{y + 12}" class="tick" text-anchor="end">{escape(label[:18])}</text>')
+        for j, part in enumerate(parts):
+            if v := values.get(part, 0.0):
+                w = max(1.0, plot_w * v / top)
+                body.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="15" fill="{color(j)}">'
+                            f'<title>{escape(label)}, {escape(part)}: {number(v)}</title></rect>')
+                x += w
+        body.append(f'<text x="{x + 4:.1f}" y="{y + 12}" class="tick">{number(sum(values.values()))}</text>')
+    return _frame(body + _legend(parts), title, height)
 
 
 def scatter(title: str, points: list[tuple[str, float, float, int]]) -> str:

@@ -15,6 +15,8 @@ from baton_platform.config.workers import Provider
 
 # An evaluation set's name: a client names an item as NAME:ID, so the name holds no ':'.
 _EVAL_SET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+# A Prometheus duration, units largest first (1h30m, 7d); at least one of them.
+_PROMETHEUS_DURATION = re.compile(r"(\d+y)?(\d+w)?(\d+d)?(\d+h)?(\d+m)?(\d+s)?(\d+ms)?")
 
 
 class KafkaConfig(_Strict):
@@ -160,3 +162,23 @@ class ConsoleConfig(_HttpService):
                                   "{request_id} in it (spans carry baton.request_id), e.g. Jaeger's "
                                   "http://jaeger:16686/search?service=baton-synthesizer&tags=%7B%22baton.request_id"
                                   "%22%3A%22{request_id}%22%7D; unset: no trace links.")
+    prometheus_url: str | None = Field(
+        default=None, pattern=r"^https?://",
+        description="A Prometheus server's HTTP API (e.g. http://prometheus:9090) that scrapes every gateway: the "
+        "Tenants page sums each tenant's refused requests over all replicas from it, over `refusals_window`. "
+        "Unset: it reads one gateway's /metrics (`gateway_metrics_url`).")
+    refusals_window: str = Field(
+        default="24h",
+        description="The span the Tenants page counts refusals over when it reads `prometheus_url`: a Prometheus "
+        "duration (30m, 24h, 7d).")
+    gateway_metrics_url: str | None = Field(
+        default=None, pattern=r"^https?://",
+        description="One gateway's /metrics, read when `prometheus_url` is unset: its refusals since it started, "
+        "that replica's only. Unset: http://{gateway.host}:{gateway.port}/metrics (127.0.0.1 for 0.0.0.0).")
+
+    @field_validator("refusals_window")
+    @classmethod
+    def _prometheus_duration(cls, value: str) -> str:
+        if not value or not _PROMETHEUS_DURATION.fullmatch(value) or not any(c in "123456789" for c in value):
+            raise ValueError(f"{value!r} is not a Prometheus duration such as 30m, 24h or 7d")
+        return value
