@@ -21,6 +21,7 @@ from baton_gateway.metrics import GatewayMetrics
 from baton_platform.apikeys import hash_key, mint_key
 from baton_platform.config import BatonConfig
 from baton_platform.dataset import EPISODE_SCHEMA, FEEDBACK_SCHEMA, Reward, episode_row, feedback_row
+from baton_policy import decisions
 from baton_reward_logger.episodes import DatasetWriter, Record
 
 ADMIN, CHAT_ONLY = mint_key(), mint_key()
@@ -65,9 +66,10 @@ def dataset(tmp_path):
     return tmp_path / "data"
 
 
-def console(dataset, auth="keys", **console_settings):
+def console(dataset, auth="keys", router=None, **console_settings):
     data = default_config_data()
     data["gateway"] = {"auth": auth}
+    data["router"] = {**data.get("router", {}), **(router or {})}
     data["reward_logger"] = {"dataset_dir": str(dataset)}
     data["console"] = {"refresh_s": 0.01, **console_settings}
     data["tenants"] = [{"name": "acme", "budget_usd": 0.01, "keys": [
@@ -124,6 +126,34 @@ def test_quality_marks_each_rollout_and_places_workers_and_policies_by_cost_and_
     # flash alone: 2 graded, both right; pro alone: 1 graded (the failed one is not graded), wrong.
     assert "worker gemini-flash: quality 1.000, $0.001000 per query, 2 episodes" in page
     assert "worker gemini-pro: quality 0.000" in page and "policy v1: quality 0.667" in page
+    assert "gate decisions appear here when router.policy_store is set" in page
+
+
+def test_quality_marks_each_gate_decision_and_lists_the_latest(dataset, tmp_path):
+    store = str(tmp_path / "policies")
+    gate = {"candidate": 0.7, "current": 0.6, "difference": 0.1, "upper": 0.2, "episodes": 90}
+    decisions.record(store, "baton", decisions.decision("published", "v2", "v1", gate={**gate, "lower": 0.012},
+                                                        reason="lower bound > 0", unix_ms=T0 + 2 * 60_000))
+    decisions.record(store, "baton", decisions.decision("refused", "v3<i>", "v2", gate={**gate, "lower": -0.02},
+                                                        reason="<b>no</b>", unix_ms=T0 + 3 * 60_000))
+    decisions.record(store, "other", decisions.decision("rollback", "v0", "v9", unix_ms=T0 + 3 * 60_000))
+    page = signed_in(console(dataset, router={"policy_store": store})).get("/quality").text
+    assert "rollout v1" in page, "the rollouts are still marked"
+    marks = {kind: page.split(f'class="mark {kind}"><title>')[1].split("</title>")[0]
+             for kind in ("published", "refused")}
+    assert marks["published"].startswith("published v2 (serving before: v1); gate lower bound +0.0120")
+    assert marks["refused"].startswith("refused v3&lt;i&gt; (serving before: v2); gate lower bound -0.0200")
+    assert 'class="mark rollback"' not in page, "another policy's decisions are not this one's"
+    table = page.split("id='decisions'>")[1].split("</table>")[0]
+    assert table.index("v3&lt;i&gt;") < table.index("<td>v2</td><td>v1</td>"), "newest first"
+    assert "<td>+0.1000</td><td>+0.0120</td><td>lower bound &gt; 0</td>" in table
+    assert "<td>-0.0200</td><td>&lt;b&gt;no&lt;/b&gt;</td>" in table and "<b>no</b>" not in page
+
+
+def test_a_policy_store_that_cannot_be_read_leaves_the_page_and_says_so(dataset):
+    page = signed_in(console(dataset, router={"policy_store": "nosuchscheme://bucket/policies"})).get("/quality")
+    assert page.status_code == 200 and "rollout v1" in page.text
+    assert "No gate decisions shown: the policy store (router.policy_store) cannot be read" in page.text
 
 
 def test_workflows_count_plan_shapes_with_what_each_step_reads(dataset):

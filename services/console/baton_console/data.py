@@ -1,5 +1,6 @@
 """The episodes the console shows: the newest rows of the reward logger's dataset, read again when
-older than `refresh_s`, and the summaries its pages draw (series over time, plan mixes, spend)."""
+older than `refresh_s`, and the summaries its pages draw (series over time, plan mixes, spend); and
+the trainer's gate decisions from the policy store."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 
 from baton_console.live import LiveEpisodes
 from baton_platform.dataset import open_dataset, with_string_column
+from baton_policy import decisions
 
 COLUMNS = ["request_id", "tenant", "policy", "created_unix_ms", "completed_unix_ms", "query", "metadata_json",
            "plan_backend", "plan_policy_version", "plan_fallback", "plan_invalid_reason", "plan_json", "steps",
@@ -253,3 +255,30 @@ class Episodes:
         except Exception as e:  # noqa: BLE001 - readiness reports any failure as "not ready"
             return f"the dataset at {self.root} cannot be read: {type(e).__name__}"
         return None
+
+
+@dataclass
+class Decisions:
+    """The newest `most` gate decisions the trainer recorded for policy `name` in the store at `root`,
+    oldest first; read again at most every `refresh_s` seconds, off the event loop. A store that cannot
+    be read leaves no decisions and a `problem` to show instead."""
+
+    root: str
+    name: str
+    refresh_s: float = 5.0
+    most: int = 50
+    found: list[dict] = field(default_factory=list)
+    problem: str | None = None
+    read_at: float = float("-inf")
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    async def current(self) -> list[dict]:
+        async with self._lock:
+            if time.monotonic() - self.read_at >= self.refresh_s:
+                try:
+                    self.found, self.problem = await asyncio.to_thread(decisions.read, self.root, self.name,
+                                                                       self.most), None
+                except Exception as e:  # noqa: BLE001 - any failure to read is shown, never raised to the page
+                    self.found, self.problem = [], f"the policy store (router.policy_store) cannot be read: {type(e).__name__}"
+                self.read_at = time.monotonic()
+        return self.found

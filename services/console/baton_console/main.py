@@ -1,4 +1,5 @@
-"""The console service: read-only pages of the episode dataset for operators (an `admin` key)."""
+"""The console service: read-only pages of the episode dataset, and of the trainer's gate decisions in
+the policy store, for operators (an `admin` key)."""
 
 from __future__ import annotations
 
@@ -25,8 +26,8 @@ MAX_FORM_BYTES = 4096
 
 
 class Console:
-    """The pages, each read from the episodes (and the Tenants page from the gateway's refusals) as of
-    at most `console.refresh_s` ago."""
+    """The pages, each read from the episodes (with the live answers), the gateway's refusals and the
+    gate decisions as of at most `console.refresh_s` ago."""
 
     def __init__(self, config: BatonConfig, env: Mapping[str, str] | None = None) -> None:
         self.keys = AdminKeys(config, env)
@@ -34,6 +35,9 @@ class Console:
         self.follower = Follower(config.kafka, self.live) if self.live is not None else None
         self.episodes = data.Episodes(config.reward_logger.dataset_dir, config.console.refresh_s,
                                       config.console.max_episodes, self.live)
+        store = config.router.policy_store
+        self.decisions = data.Decisions(store, config.router.policy_name, config.console.refresh_s) \
+            if store else None
         self.trace_url = config.console.trace_url
         self.budgets = {t.name: t.budget_usd for t in config.tenants}
         self.refusals = RefusalSource.of(config)
@@ -76,7 +80,10 @@ class Console:
         return HTMLResponse(pages.overview(rows, by if by in data.SPLITS else "tenant", self.live))
 
     async def quality(self, request: Request, rows: list[dict]) -> Response:
-        return HTMLResponse(pages.quality(rows))
+        if self.decisions is None:
+            return HTMLResponse(pages.quality(rows))
+        decided = await self.decisions.current()
+        return HTMLResponse(pages.quality(rows, decided, self.decisions.problem))
 
     async def workflows(self, request: Request, rows: list[dict]) -> Response:
         return HTMLResponse(pages.workflows(rows, request.query_params.get("per") == "eval"))

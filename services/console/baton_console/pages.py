@@ -1,9 +1,11 @@
 """The console's pages as HTML: a shared frame, then one function per page. Everything shown that
-came from the dataset is escaped; links carry only values the console chose or the client sent."""
+came from the dataset or the policy store is escaped; links carry only values the console chose or
+the client sent."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from html import escape
 from urllib.parse import quote, urlencode
@@ -11,6 +13,7 @@ from urllib.parse import quote, urlencode
 from baton_console import data, svg
 from baton_console.live import LiveEpisodes
 from baton_console.refusals import REASONS, Refusals
+from baton_policy.decisions import KINDS
 
 STYLE = """
 body{font:14px system-ui,sans-serif;margin:0;color:#222;background:#fafafa}
@@ -19,6 +22,8 @@ header a{color:#cfe3ff;text-decoration:none}header b{margin-right:12px}
 main{padding:12px 16px}.grid{display:flex;flex-wrap:wrap;gap:12px}
 figure.chart{background:#fff;border:1px solid #ddd;margin:0;padding:6px}
 figcaption{font-weight:600;margin-bottom:4px}.axis{stroke:#999}.mark{stroke:#c33;stroke-dasharray:4 3}
+.mark.published{stroke:#2a7d2a;stroke-dasharray:none}.mark.refused{stroke:#888;stroke-dasharray:1 3}
+.mark.rollback{stroke:#e08a00;stroke-dasharray:8 3}
 .tick,.legend{font-size:11px;fill:#444}table{border-collapse:collapse;background:#fff}
 td,th{border:1px solid #ddd;padding:4px 8px;vertical-align:top;text-align:left}
 pre{white-space:pre-wrap;max-width:900px;margin:0}.muted{color:#777}
@@ -61,18 +66,61 @@ def overview(rows: list[dict], by: str, live: LiveEpisodes | None = None) -> str
                              f"{live_line(live)}<div class='grid'>{figures}</div>")
 
 
-def quality(rows: list[dict]) -> str:
+def quality(rows: list[dict], decided: list[dict] | None = None, problem: str | None = None) -> str:
+    """Quality over time with each rollout and gate decision marked, cost against quality, and the
+    latest decisions; `decided` is None when no policy store is configured."""
+    table = decision_table(decided, problem)
     if (msg := empty(rows)) is not None:
-        return frame("Quality and cost", msg)
+        return frame("Quality and cost", msg + table)
     b = data.Buckets.over(rows)
     per_version = data.series(rows, b, lambda r: [data.version_of(r)], data.mean_quality)
-    marks = [(t, f"rollout {v}") for t, v in data.rollouts(rows)]
+    marks = [svg.Mark(t, f"rollout {v}") for t, v in data.rollouts(rows)] + [decision_mark(d) for d in decided or []]
     return frame("Quality and cost", "<div class='grid'>"
-                 + svg.lines("graded quality per policy version (dashed: a version's first answer)", b.times(),
+                 + svg.lines("graded quality per policy version (red dashes: a version's first answer; green: "
+                             "published, grey: refused by the gate, orange: rollback)", b.times(),
                              b.width_ms, per_version, marks)
                  + svg.scatter("cost and quality: each worker alone, each policy version", data.frontier(rows))
                  + "</div><p class='muted'>A worker's point counts the questions it answered alone; a policy's, "
-                   "every graded episode it planned.</p>")
+                   "every graded episode it planned.</p>" + table)
+
+
+def _gate(d: dict, key: str) -> float | None:
+    """One of the gate's numbers in a decision, None when it has none (a rollback) or it is not a number."""
+    gate = d.get("gate")
+    v = gate.get(key) if isinstance(gate, dict) else None
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _signed(v: float | None) -> str:
+    return "" if v is None else f"{v:+.4f}"
+
+
+def decision_mark(d: dict) -> svg.Mark:
+    """A gate decision on the time axis, coloured by its kind, on the line under the rollouts' labels."""
+    kind = str(d.get("kind")) if d.get("kind") in KINDS else "decision"
+    version, lower = str(d.get("version", "?")), _gate(d, "lower")
+    bound = f"gate lower bound {lower:+.4f}" if lower is not None else "no gate"
+    title = f"{kind} {version} (serving before: {d.get('previous', '?')}); {bound}; {d.get('reason', '')}"
+    return svg.Mark(d["unix_ms"], f"{kind} {version}", kind, title, row=1)
+
+
+def decision_table(decided: list[dict] | None, problem: str | None, most: int = 20) -> str:
+    """The latest gate decisions, newest first, or why there are none to show."""
+    if decided is None:
+        return "<p class='muted'>The trainer's gate decisions appear here when router.policy_store is set.</p>"
+    if problem:
+        return f"<p class='muted'>No gate decisions shown: {escape(problem)}.</p>"
+    if not decided:
+        return "<p class='muted'>No gate decisions recorded in the policy store yet.</p>"
+    rows = "".join(
+        f"<tr><td>{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(d['unix_ms'] / 1000))}</td>"
+        f"<td>{escape(str(d.get('kind', '')))}</td><td>{escape(str(d.get('version', '')))}</td>"
+        f"<td>{escape(str(d.get('previous', '')))}</td><td>{_signed(_gate(d, 'difference'))}</td>"
+        f"<td>{_signed(_gate(d, 'lower'))}</td><td>{escape(str(d.get('reason', '')))}</td></tr>"
+        for d in reversed(decided[-most:]))
+    return ("<h2>Gate decisions</h2><table id='decisions'><tr><th>time (UTC)</th><th>decision</th><th>version</th>"
+            "<th>serving before</th><th>estimate difference</th><th>lower bound</th><th>reason</th></tr>"
+            f"{rows}</table>")
 
 
 def workflows(rows: list[dict], per_eval: bool) -> str:

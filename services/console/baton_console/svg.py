@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from html import escape
 
 W, H, LEFT, RIGHT, TOP, BOTTOM = 640, 220, 56, 150, 16, 28
@@ -24,6 +25,18 @@ def clock(ms: int, width_ms: int) -> str:
     return time.strftime(fmt, time.gmtime(ms / 1000))
 
 
+@dataclass(frozen=True)
+class Mark:
+    """A labelled vertical line at `at` (ms): a rollout, or one of the trainer's gate decisions. `kind`
+    is its class (its colour in the page's style), `title` what a pointer shows, `row` its label's line."""
+
+    at: int
+    label: str
+    kind: str = "rollout"
+    title: str = ""
+    row: int = 0
+
+
 def _frame(body: list[str], title: str, height: int = H) -> str:
     return (f'<figure class="chart"><figcaption>{escape(title)}</figcaption>'
             f'<svg viewBox="0 0 {W} {height}" width="{W}" height="{height}" role="img" aria-label="{escape(title)}">'
@@ -38,9 +51,9 @@ def _legend(names: list[str]) -> list[str]:
 
 
 def lines(title: str, times: list[int], width_ms: int, values: dict[str, list[float | None]],
-          marks: Sequence[tuple[int, str]] = ()) -> str:
+          marks: Sequence[Mark] = ()) -> str:
     """One line per series over `times` (bucket starts, ms); a gap where a series has no value.
-    `marks` are labelled vertical lines (rollouts)."""
+    `marks` are labelled vertical lines (rollouts, gate decisions)."""
     plot_w, plot_h = W - LEFT - RIGHT, H - TOP - BOTTOM
     top = max([v for vs in values.values() for v in vs if v is not None] + [0.0]) or 1.0
     n = max(1, len(times) - 1)
@@ -55,12 +68,12 @@ def lines(title: str, times: list[int], width_ms: int, values: dict[str, list[fl
     if times:
         body += [f'<text x="{LEFT}" y="{H - 8}" class="tick">{clock(times[0], width_ms)}</text>',
                  f'<text x="{LEFT + plot_w}" y="{H - 8}" class="tick" text-anchor="end">{clock(times[-1], width_ms)} UTC</text>']
-    for at, label in marks:
-        if times and times[0] <= at <= times[-1] + width_ms:
-            x = LEFT + plot_w * (at - times[0]) / max(1, times[-1] - times[0] or width_ms)
-            body.append(f'<line x1="{x:.1f}" y1="{TOP}" x2="{x:.1f}" y2="{TOP + plot_h}" class="mark">'
-                        f'<title>{escape(label)}</title></line>'
-                        f'<text x="{x + 3:.1f}" y="{TOP + 10}" class="tick">{escape(label[:18])}</text>')
+    for m in marks:
+        if times and times[0] <= m.at <= times[-1] + width_ms:
+            x = LEFT + plot_w * (m.at - times[0]) / max(1, times[-1] - times[0] or width_ms)
+            body.append(f'<line x1="{x:.1f}" y1="{TOP}" x2="{x:.1f}" y2="{TOP + plot_h}" class="mark {escape(m.kind)}">'
+                        f'<title>{escape(m.title or m.label)}</title></line>'
+                        f'<text x="{x + 3:.1f}" y="{TOP + 10 + 12 * m.row}" class="tick">{escape(m.label[:18])}</text>')
     for i, (name, vs) in enumerate(values.items()):
         # Consecutive buckets with a value are one line; a bucket without one breaks it.
         runs: list[list[tuple[float, float]]] = [[]]

@@ -38,6 +38,8 @@ class PolicyStore:
 
     def put(self, name: str, version: str, source: Path, manifest: dict) -> Stored:
         """Copy a saved policy directory into the store, with a manifest that records its digest."""
+        if version.startswith("_"):
+            raise ValueError(f"a version's name cannot start with '_' (the store's own folders): {version!r}")
         digest = artefact_digest(source)
         (source / MANIFEST).write_text(json.dumps({**manifest, "digest": digest}, indent=2))
         target = self.uri(name, version)
@@ -54,12 +56,14 @@ class PolicyStore:
         return Stored(target, digest)
 
     def versions(self, name: str) -> list[dict]:
-        """Published versions, oldest first, with their manifests."""
+        """Published versions, oldest first, with their manifests; none before the first."""
         if not self._local:
             import fsspec
 
             fs, path = fsspec.core.url_to_fs(f"{self.root}/{name}")
-            found = [json.loads(fs.cat(f"{p}/manifest.json")) for p in fs.ls(path) if fs.exists(f"{p}/manifest.json")]
+            # Only folders with a manifest are versions: not the decisions' folder (`_decisions`).
+            folders = fs.ls(path, detail=False) if fs.isdir(path) else []
+            found = [json.loads(fs.cat(f"{p}/manifest.json")) for p in folders if fs.exists(f"{p}/manifest.json")]
         else:
             base = Path(self.root.removeprefix("file://")) / name
             found = [json.loads(p.read_text()) for p in base.glob("*/manifest.json")] if base.exists() else []

@@ -17,12 +17,12 @@ from pathlib import Path
 from tqdm import tqdm
 
 from baton_platform.config import ConfigError, load_config
-from baton_policy import local_copy
+from baton_policy import decisions, local_copy
 from baton_policy.embeddings import EMBEDDERS
 from baton_policy.fastpolicy import Policy
 from baton_policy.templates import single
 
-from .gate import compare, greedy, uniform
+from .gate import GateResult, compare, greedy, uniform
 from .logged import read_episodes, read_feedback
 from .store import PolicyStore, Stored, announce_sync, update
 
@@ -44,6 +44,9 @@ def _config(args):
 
 
 def train_fast(args) -> dict:
+    """Fit a candidate on the logged episodes and gate it against the serving version on the held-back
+    ones; publish it when the gate passes and --publish is given. The store records the gate's answer
+    (published or refused) so that the console can show it."""
     config = _config(args)
     steps = tqdm(total=4, desc="train-fast", unit="step", file=sys.stderr, disable=args.quiet)
     logged = read_episodes(args.episodes, feedback=read_feedback(args.feedback) if args.feedback else None)
@@ -75,21 +78,42 @@ def train_fast(args) -> dict:
     version = args.version or time.strftime("v%Y%m%d-%H%M%S")
     out = {"candidate": version, "current": current_name, "train_episodes": len(train), "gate": result.as_dict()}
     if result.publish and args.publish:
-        with tempfile.TemporaryDirectory() as tmp:
-            saved = candidate.save(Path(tmp) / "policy")
-            stored = store.put(args.name, version, saved, {
-                "name": args.name, "version": version, "uri": store.uri(args.name, version),
-                "published_unix_ms": int(time.time() * 1000), "gate": result.as_dict(), "previous": current_name})
-        announce_sync(config.kafka, update(args.name, version, stored, estimate=result.candidate, lower=result.lower))
-        out.update(published=True, uri=stored.uri)
+        stored = _publish(config, store, args.name, version, candidate, result, current_name)
+        out.update(published=True, uri=stored.uri, decision=_decide(
+            args, "published", version, current_name, result,
+            f"lower bound {result.lower:+.4f} > 0 over {result.episodes} held-out episodes"))
+    elif not result.publish:
+        out.update(published=False, reason="the gate said no", decision=_decide(
+            args, "refused", version, current_name, result,
+            f"lower bound {result.lower:+.4f} <= 0 over {result.episodes} held-out episodes"))
     else:
-        out.update(published=False, reason="the gate said no" if not result.publish else "--publish not given")
+        out.update(published=False, reason="--publish not given")
     steps.update()
     steps.close()
     return out
 
 
+def _publish(config, store: PolicyStore, name: str, version: str, candidate: Policy, result: GateResult,
+             current: str) -> Stored:
+    """Store the candidate (its manifest keeps the gate's numbers) and announce it on baton.policy."""
+    with tempfile.TemporaryDirectory() as tmp:
+        saved = candidate.save(Path(tmp) / "policy")
+        stored = store.put(name, version, saved, {
+            "name": name, "version": version, "uri": store.uri(name, version),
+            "published_unix_ms": int(time.time() * 1000), "gate": result.as_dict(), "previous": current})
+    announce_sync(config.kafka, update(name, version, stored, estimate=result.candidate, lower=result.lower))
+    return stored
+
+
+def _decide(args, kind: str, version: str, previous: str, result: GateResult | None, reason: str) -> str:
+    """Record a decision in the store, where the console reads it; returns where it was written."""
+    gate = result.as_dict() if result is not None else None
+    return decisions.record(args.store, args.name, decisions.decision(kind, version, previous, gate=gate,
+                                                                      reason=reason))
+
+
 def rollback(args) -> dict:
+    """Announce an earlier version (--to, or the one before the newest) and record the rollback."""
     config = _config(args)
     versions = PolicyStore(args.store).versions(args.name)
     if len(versions) < 2 and not args.to:
@@ -102,7 +126,9 @@ def rollback(args) -> dict:
                                                 "routers would refuse it; publish it again"}
     announce_sync(config.kafka, update(args.name, target["version"], Stored(target["uri"], target["digest"]),
                                        rollback=True, kind=target.get("kind", "fast")))
-    return {"rolled_back": True, "version": target["version"], "uri": target["uri"]}
+    where = _decide(args, "rollback", target["version"], versions[-1]["version"], None,
+                    f"--to {args.to}" if args.to else "back to the version before the newest")
+    return {"rolled_back": True, "version": target["version"], "uri": target["uri"], "decision": where}
 
 
 def parse_args(argv: list[str] | None, command: str = "train-fast") -> argparse.Namespace:
