@@ -19,6 +19,7 @@ from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 from testbed import default_config_data, episode_of, episodes, running_stack, wait_for
 
+from baton_gateway.spend import FLUSH_S
 from baton_platform.apikeys import hash_key, mint_key
 from baton_tools.procs import alive
 from baton_tools.standins.server import run_standin
@@ -127,10 +128,32 @@ def test_a_key_over_its_rate_gets_rate_limit_exceeded_with_retry_after(stack):
 
 def test_a_tenant_past_its_budget_gets_insufficient_quota(stack):
     broke = client(stack, BROKE_KEY)
-    ask(broke)  # spends more than its budget; the next call is refused
+    # A hundredth of its budget caps each of its requests: the two-step workflow stops after its first
+    # step, which spent more than the whole budget...
+    with pytest.raises(openai.InternalServerError) as first:
+        ask(broke)
+    assert first.value.status_code == 502 and first.value.code == "budget_exceeded"
+    # ...so the next call is refused before it runs.
     with pytest.raises(openai.RateLimitError) as err:
-        wait_for(lambda: ask(broke) and None, timeout=5)
+        ask(broke)
     assert err.value.code == "insufficient_quota" and err.value.type == "insufficient_quota"
+
+
+def test_a_spent_budget_stays_spent_when_the_gateway_crashes(stack):
+    broke = client(stack, BROKE_KEY)
+    for _ in range(3):  # spend it, if an earlier test has not
+        try:
+            ask(broke)
+        except openai.RateLimitError:
+            break
+        except openai.InternalServerError:
+            pass
+    time.sleep(FLUSH_S + 1)  # the ledger's total is on baton.spend
+    stack.kill("gateway")
+    stack.restart("gateway")
+    with pytest.raises(openai.RateLimitError) as err:
+        ask(broke)
+    assert err.value.code == "insufficient_quota" and "has spent its budget" in err.value.message
 
 
 def test_feedback_needs_the_feedback_scope(stack):

@@ -121,7 +121,7 @@ def test_the_token_rate_counts_the_tokens_of_answers():
     slow = gate.authenticate(bearer(SLOW), "chat")
     gate.admit(slow)
     gate.opened("r1", slow)
-    gate.settle("r1", "slow", 90, 60, 0.0)  # 150 tokens of a 100-per-minute budget: 50 in debt
+    gate.settle("r1", 90, 60)  # 150 tokens of a 100-per-minute budget: 50 in debt
     clock.now += 1
     with pytest.raises(ApiError) as err:
         gate.admit(slow)
@@ -135,16 +135,57 @@ def test_the_budget_stops_a_tenant_with_insufficient_quota():
     gate = Gatekeeper(*settings(), env={})
     acme = gate.authenticate(bearer(ACME), "chat")
     gate.admit(acme)
-    gate.settle("r1", "acme", 10, 10, 0.006)
+    gate.ledger.count("acme", 0, 7, 0.006)
     gate.admit(acme)
-    gate.settle("r2", "acme", 10, 10, 0.006)  # an exploration candidate or an unknown request still counts
+    gate.ledger.count("acme", 1, 3, 0.006)  # an exploration candidate or an unknown request still counts
     with pytest.raises(ApiError) as err:
         gate.admit(acme)
     assert (err.value.status, err.value.code, err.value.type) == (429, "insufficient_quota", "insufficient_quota")
-    assert gate.spent == {"acme": pytest.approx(0.012)}
+    assert gate.ledger.spent("acme") == pytest.approx(0.012)
 
 
-def test_the_budget_gauge_shows_the_share_spent_of_each_budgeted_tenant():
+def test_a_response_read_again_is_not_counted_twice():
+    gate = Gatekeeper(*settings(), env={})
+    for offset in (4, 5, 5, 3):  # a crash or a rebalance reads offsets 5 and 3 again
+        gate.ledger.count("acme", 0, offset, 0.001)
+    gate.ledger.count("acme", 1, 5, 0.001)  # another partition's offsets are its own
+    gate.ledger.count("nobody", 1, 6, 0.5)  # not a tenant
+    assert gate.ledger.spent("acme") == pytest.approx(0.003) and gate.ledger.spent("nobody") == 0
+
+
+def test_a_request_reserves_its_cost_cap_until_its_answer_settles_it():
+    gate = Gatekeeper(*settings(), env={})  # acme: $0.01, so a cap of $0.0001 a request by default
+    acme = gate.authenticate(bearer(ACME), "chat")
+    assert gate.cost_cap(acme, 0.0) == pytest.approx(0.0001)
+    assert gate.cost_cap(acme, 0.00005) == pytest.approx(0.00005)  # a request may lower it
+    assert gate.cost_cap(gate.authenticate(bearer(SLOW), "chat"), 0.0) == 0.0  # no budget, no reservation
+    gate.ledger.count("acme", 0, 0, 0.0097)
+    for i in range(3):  # $0.0003 left: three requests of $0.0001 may run at once, not a fourth
+        gate.admit(acme, 0.0001)
+        gate.opened(f"r{i}", acme, 0.0001)
+    with pytest.raises(ApiError) as err:
+        gate.admit(acme, 0.0001)
+    assert err.value.code == "insufficient_quota" and "held by its requests still running" in err.value.message
+    gate.ledger.count("acme", 0, 1, 0.00002)  # r0 answered, for less than its cap
+    gate.settle("r0", 5, 5)
+    with pytest.raises(ApiError):  # $0.00028 left, $0.0002 of it held by r1 and r2
+        gate.admit(acme, 0.0001)
+    gate.ledger.count("acme", 0, 2, 0.00003)
+    gate.settle("r1", 5, 5)  # $0.00025 left, $0.0001 held
+    gate.admit(acme, 0.0001)
+    assert gate.budget_used("acme") == pytest.approx((0.00975 + 0.0002) / 0.01)
+
+
+def test_a_tenant_cap_and_the_synthesizers_bound_the_reservation():
+    tenants = [{"name": "acme", "budget_usd": 10, "max_request_cost_usd": 0.5, "keys": [{"sha256": hash_key(ACME)}]}]
+    acme_of = lambda gate: gate.authenticate(bearer(ACME), "chat")  # noqa: E731
+    gate = Gatekeeper(*settings(tenants), env={})
+    assert gate.cost_cap(acme_of(gate), 0.0) == 0.5 and gate.cost_cap(acme_of(gate), 2.0) == 0.5
+    gate = Gatekeeper(*settings(tenants), env={}, max_cost_usd=0.2)
+    assert gate.cost_cap(acme_of(gate), 0.0) == 0.2
+
+
+def test_the_budget_gauge_shows_the_share_spent_or_held_of_each_budgeted_tenant():
     from prometheus_client import CollectorRegistry
 
     from baton_gateway.metrics import GatewayMetrics
@@ -153,16 +194,19 @@ def test_the_budget_gauge_shows_the_share_spent_of_each_budgeted_tenant():
     registry = CollectorRegistry()
     GatewayMetrics(registry, gate.tenants, waiting=lambda: 0, budgets=gate.budgeted(), budget_used=gate.budget_used)
     assert gate.budgeted() == ["acme"]
-    gate.settle("r1", "acme", 1, 1, 0.004)  # of this replica's half of $0.01
-    assert registry.get_sample_value("baton_gateway_tenant_budget_used", {"tenant": "acme"}) == pytest.approx(0.8)
+    gate.ledger.count("acme", 2, 0, 0.004)  # every replica's spend counts, whatever this replica's share
+    gate.admit(gate.authenticate(bearer(ACME), "chat"), 0.0001)
+    assert registry.get_sample_value("baton_gateway_tenant_budget_used", {"tenant": "acme"}) == pytest.approx(0.41)
 
 
-def test_each_replica_enforces_its_share_of_the_limits():
+def test_each_replica_reserves_at_most_its_share_of_what_is_left():
     gate = Gatekeeper(*settings(), env={}, share=lambda: 0.5)  # half of baton.responses' partitions
     acme = gate.authenticate(bearer(ACME), "chat")
-    gate.settle("r1", "acme", 1, 1, 0.006)
-    with pytest.raises(ApiError, match="quota"):
-        gate.admit(acme)
+    gate.ledger.count("acme", 0, 0, 0.0096)  # $0.0004 left: this replica may hold $0.0002 of it
+    gate.admit(acme, 0.0001)
+    gate.admit(acme, 0.0001)
+    with pytest.raises(ApiError, match="held by its requests still running"):
+        gate.admit(acme, 0.0001)
     slow = gate.authenticate(bearer(SLOW), "chat")
     gate.admit(slow)
     with pytest.raises(ApiError, match="Rate limit"):

@@ -3,8 +3,8 @@ The suite's topics and partition counts, as JSON {"items": [{name, partitions, c
 baton_platform.topics.topic_plan: every topic gets config.kafka.partitions and a week's retention,
 except baton.policy (one compacted partition), baton.rewards (one partition), baton.responses (kept at
 least as long as idempotency keys), baton.stored-responses (compacted, deleted after
-config.gateway.stored_responses_days), baton.idempotency (kept config.gateway.idempotency_hours) and
-baton.limits.<provider> (one compacted partition); one baton.tasks.<provider> per provider in use.
+config.gateway.stored_responses_days), baton.idempotency (kept config.gateway.idempotency_hours),
+baton.spend (one compacted partition) and baton.limits.<provider> (one compacted partition); one baton.tasks.<provider> per provider in use.
 With three replicas or more every topic sets min.insync.replicas=2.
 */}}
 {{- define "baton.topics" -}}
@@ -23,6 +23,7 @@ With three replicas or more every topic sets min.insync.replicas=2.
 {{- $stored := dict "cleanup.policy" "compact,delete" "retention.ms" (printf "%d" (int64 (mulf ($gateway.stored_responses_days | default 30) 86400000))) -}}
 {{- $items = append $items (dict "name" "baton.stored-responses" "partitions" $n "config" $stored) -}}
 {{- $items = append $items (dict "name" "baton.idempotency" "partitions" $n "config" (dict "retention.ms" (printf "%d" $hoursMs))) -}}
+{{- $items = append $items (dict "name" "baton.spend" "partitions" 1 "config" (dict "cleanup.policy" "compact")) -}}
 {{- range $p := include "baton.providers" . | fromJsonArray -}}
 {{- $items = append $items (dict "name" (printf "baton.tasks.%s" $p) "partitions" $n "config" (dict "retention.ms" $week)) -}}
 {{- $items = append $items (dict "name" (printf "baton.limits.%s" $p) "partitions" 1 "config" (dict "cleanup.policy" "compact" "segment.ms" "60000")) -}}

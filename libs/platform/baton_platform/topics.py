@@ -11,6 +11,7 @@ TASKS_PREFIX = "baton.tasks."
 LIMITS_PREFIX = "baton.limits."
 STORED_RESPONSES = "baton.stored-responses"
 IDEMPOTENCY = "baton.idempotency"
+SPEND = "baton.spend"
 
 GROUP_ROUTER = "baton-router"
 GROUP_SYNTHESIZER = "baton-synthesizer"
@@ -66,6 +67,9 @@ def topic_plan(partitions: int, providers: list[str], *, stored_days: float = 30
     configs[POLICY] = {"cleanup.policy": "compact"}
     configs[STORED_RESPONSES] = {"cleanup.policy": "compact,delete", "retention.ms": str(int(stored_days * DAY_MS))}
     configs[IDEMPOTENCY] = {"retention.ms": str(int(idempotency_hours * 3_600_000))}
+    # Each tenant's spend per partition of baton.responses (baton_gateway.spend): compacted, never deleted.
+    counts[SPEND] = 1
+    configs[SPEND] = {"cleanup.policy": "compact"}
     # Graded episodes for the routers' online learning: one partition, since every replica reads
     # all of it (the trainer folds new workers in from the episode files long before it expires).
     counts[REWARDS] = 1

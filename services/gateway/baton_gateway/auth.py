@@ -6,12 +6,17 @@ rate and a token rate per key, and a spend budget for the whole tenant. A key ne
 module: what is logged, traced or labelled is the tenant's name, and at most the first 12 hex digits
 of a hash (`key_id`), which tells nothing about the key.
 
-Limits are enforced where requests arrive, with no shared store: each gateway replica enforces its
-share of every limit, equal to its share of the partitions of baton.responses (the same rule the
+Rates are enforced where requests arrive, with no shared store: each gateway replica enforces its
+share of every rate, equal to its share of the partitions of baton.responses (the same rule the
 executors follow for provider limits). All replicas together therefore never admit more than the
-configured rate or spend more than the budget; a tenant whose traffic reaches only some replicas
-may be stopped before it reaches the whole of it. Spend is counted from the final responses a
-replica receives, since that replica started.
+configured rate; a tenant whose traffic reaches only some replicas may be stopped before it reaches
+the whole of it.
+
+Budgets hold across replicas and restarts: spend is the ledger on baton.spend that every replica
+reads (baton_gateway.spend). A request of a budgeted tenant carries a cost cap (`cost_cap`), which
+the synthesizer enforces, and reserves it before it runs, until its final response settles it; a
+replica reserves at most its share of what the budget has left. Concurrent requests therefore
+overrun a budget by at most what a workflow spends past its cap (its last step).
 """
 
 from __future__ import annotations
@@ -25,10 +30,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from baton_gateway.api import ApiError
+from baton_gateway.spend import SpendLedger
 from baton_platform.apikeys import hash_key, parse_key_entries
 from baton_platform.config import SCOPES, ConfigError, GatewayConfig, TenantConfig
 
 ANONYMOUS = "anonymous"  # the tenant of every call when gateway.auth is 'none'
+_NANO_USD = 1e-9  # sums of reservations are floats: a budget that holds them exactly must admit them
 
 
 @dataclass(frozen=True)
@@ -69,7 +76,10 @@ class Gatekeeper:
     """Authentication, model policy, rates and budgets of the gateway's callers."""
 
     def __init__(self, settings: GatewayConfig, tenants: Sequence[TenantConfig], *, env: Mapping[str, str] | None = None,
-                 clock: Callable[[], float] = time.monotonic, share: Callable[[], float] = lambda: 1.0) -> None:
+                 clock: Callable[[], float] = time.monotonic, share: Callable[[], float] = lambda: 1.0,
+                 ledger: SpendLedger | None = None, max_cost_usd: float = 0.0) -> None:
+        """`ledger`: the tenants' spend (in memory when None); `max_cost_usd`: the synthesizer's
+        per-request cost cap (0: none), which a budgeted tenant's cap never exceeds."""
         self.open = settings.auth == "none"
         self._clock = clock
         self._share = share
@@ -94,9 +104,11 @@ class Gatekeeper:
         self._requests: dict[str, Bucket] = {}
         self._tokens: dict[str, Bucket] = {}
         self._ratings: dict[str, Bucket] = {}
-        self.spent: dict[str, float] = {}
-        # request id -> the key that sent it, until its final response settles it.
-        self._pending: OrderedDict[str, tuple[Principal, float]] = OrderedDict()
+        self.ledger = ledger if ledger is not None else SpendLedger(set(self._tenants))
+        self._max_cost_usd = max_cost_usd
+        self._reserved: dict[str, float] = {}
+        # request id -> the key that sent it, when, and the cost it reserved, until its final response settles it.
+        self._pending: OrderedDict[str, tuple[Principal, float, float]] = OrderedDict()
         self._pending_ttl = settings.request_timeout_s + 600
 
     @property
@@ -147,24 +159,31 @@ class Gatekeeper:
         return sorted(name for name, t in self._tenants.items() if t.budget_usd is not None)
 
     def budget_used(self, tenant: str) -> float:
-        """The share of the tenant's budget spent, as this replica counts it against its part of it
-        (1.0 and above: its calls get 429 insufficient_quota here)."""
+        """The share of the tenant's budget spent (every replica's spend) or reserved by this replica's
+        running requests (1.0 and above: its calls get 429 insufficient_quota)."""
         budget = self._tenants[tenant].budget_usd
-        return self.spent.get(tenant, 0.0) / (budget * self._share_now()) if budget else 0.0
+        return (self.ledger.spent(tenant) + self._reserved.get(tenant, 0.0)) / budget if budget else 0.0
 
-    def admit(self, principal: Principal) -> None:
-        """Raise a 429 when the tenant's budget is spent or the key is over a rate; else count the request."""
+    def cost_cap(self, principal: Principal, asked_usd: float) -> float:
+        """The cost cap of a request of a budgeted tenant: the least of what the request asked
+        (metadata baton_max_cost_usd), the synthesizer's cap and the tenant's `max_request_cost_usd`
+        (by default a hundredth of its budget); 0 for a tenant without a budget (no reservation)."""
+        tenant = self._tenants.get(principal.tenant)
+        if self.open or tenant is None or tenant.budget_usd is None:
+            return 0.0
+        own = tenant.max_request_cost_usd or tenant.budget_usd / 100
+        return min(c for c in (asked_usd, self._max_cost_usd, own) if c > 0)
+
+    def admit(self, principal: Principal, reserve_usd: float = 0.0) -> None:
+        """Raise a 429 when the tenant's budget cannot hold `reserve_usd` more or the key is over a
+        rate; else count the request and reserve its cost (`release` or `settle` give it back)."""
         if self.open:
             return
         tenant = self._tenants[principal.tenant]
         share = self._share_now()
         now = self._clock()
         if tenant.budget_usd is not None:
-            spent = self.spent.get(tenant.name, 0.0)
-            if spent >= tenant.budget_usd * share:
-                raise ApiError(429, f"You exceeded your current quota: tenant {tenant.name!r} has spent its budget of "
-                               f"${tenant.budget_usd:g}. Ask the operator of this gateway to raise it.",
-                               type="insufficient_quota", code="insufficient_quota")
+            self._check_budget(tenant, reserve_usd, share)
         requests = tokens = None
         if tenant.requests_per_minute is not None:
             limit = max(1.0, tenant.requests_per_minute * share)
@@ -178,6 +197,32 @@ class Gatekeeper:
                 self._limited("tokens per minute (TPM)", limit, tokens.seconds_until(1))
         if requests is not None:
             requests.level -= 1
+        if reserve_usd:
+            self._reserved[tenant.name] = self._reserved.get(tenant.name, 0.0) + reserve_usd
+
+    def _check_budget(self, tenant: TenantConfig, reserve_usd: float, share: float) -> None:
+        budget = tenant.budget_usd or 0.0
+        left = budget - self.ledger.spent(tenant.name)
+        held = self._reserved.get(tenant.name, 0.0)
+        if left > 0 and held + reserve_usd <= left * share + _NANO_USD:
+            return
+        if left > 0 and held > 0:
+            raise ApiError(429, f"Tenant {tenant.name!r} has ${left:.6f} of its budget of ${budget:g} left, held by its "
+                           f"requests still running; this one may cost up to ${reserve_usd:g}. Please try again when "
+                           "they have finished.", type="insufficient_quota", code="insufficient_quota",
+                           headers={"retry-after": "1"})
+        if left > 0:
+            raise ApiError(429, f"Tenant {tenant.name!r} has ${left:.6f} of its budget of ${budget:g} left, less than "
+                           f"this request may cost (up to ${reserve_usd:g}). Ask the operator of this gateway to raise "
+                           "the budget.", type="insufficient_quota", code="insufficient_quota")
+        raise ApiError(429, f"You exceeded your current quota: tenant {tenant.name!r} has spent its budget of "
+                       f"${budget:g}. Ask the operator of this gateway to raise it.",
+                       type="insufficient_quota", code="insufficient_quota")
+
+    def release(self, tenant: str, reserved_usd: float) -> None:
+        """Give back a reservation whose request will not run here (joined another, or not queued)."""
+        if reserved_usd:
+            self._reserved[tenant] = max(0.0, self._reserved.get(tenant, 0.0) - reserved_usd)
 
     def admit_feedback(self, principal: Principal) -> None:
         """Raise a 429 when the key is over its tenant's feedback rate; else count the rating."""
@@ -199,25 +244,25 @@ class Gatekeeper:
         raise ApiError(429, f"Rate limit reached for this API key on {what}: limit {limit:g}. Please try again in "
                        f"{retry}s.", type=kind, code="rate_limit_exceeded", headers={"retry-after": str(retry)})
 
-    def opened(self, request_id: str, principal: Principal) -> None:
-        """Remember which key sent a request until its final response settles its tokens."""
+    def opened(self, request_id: str, principal: Principal, reserved_usd: float = 0.0) -> None:
+        """Remember which key sent a request, and what it reserved, until its final response settles it."""
         now = self._clock()
-        self._pending[request_id] = (principal, now)
-        # Answers that never come (a lost workflow) must not hold memory for ever.
+        self._pending[request_id] = (principal, now, reserved_usd)
+        # Answers that never come (a lost workflow) must not hold memory, or budget, for ever.
         while self._pending:
-            rid, (_, since) = next(iter(self._pending.items()))
+            rid, (who, since, reserved) = next(iter(self._pending.items()))
             if now - since <= self._pending_ttl:
                 break
             del self._pending[rid]
+            self.release(who.tenant, reserved)
 
-    def settle(self, request_id: str, tenant: str, input_tokens: int, output_tokens: int, cost_usd: float) -> None:
-        """Count a final response's spend against its tenant, and its tokens against the key that sent it
-        (only known for requests this replica admitted)."""
-        if tenant:
-            self.spent[tenant] = self.spent.get(tenant, 0.0) + cost_usd
+    def settle(self, request_id: str, input_tokens: int, output_tokens: int) -> None:
+        """Give back a final response's reservation and count its tokens against the key that sent
+        it (only known for requests this replica admitted). Its spend is the ledger's."""
         pending = self._pending.pop(request_id, None)
         if pending is None:
             return
+        self.release(pending[0].tenant, pending[2])
         bucket = self._tokens.get(pending[0].digest)
         if bucket is not None:
             bucket.refill(bucket.per_minute, self._clock())

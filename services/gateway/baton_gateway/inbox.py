@@ -25,15 +25,15 @@ class Inbox:
     async def on_response(self, response: responses_pb2.Response, record: Record) -> None:
         """A reply on this replica's partitions of baton.responses."""
         if response.WhichOneof("outcome") not in INTERIM:
-            self._settle(response)
+            self._settle(response, record)
         self._take(response)
 
     async def on_handed_over(self, response: responses_pb2.Response) -> None:
         """A reply read again after a rebalance (baton_gateway.handover)."""
         if response.WhichOneof("outcome") not in INTERIM:
-            # Only the key's tokens: the partition's owner counts the tenant's spend, as for any reply there.
+            # Only the key's reservation and tokens: the partition's owner counts the tenant's spend.
             total = response.episode.total
-            self._gate.settle(response.request_id, "", total.input_tokens, total.output_tokens, total.cost_usd)
+            self._gate.settle(response.request_id, total.input_tokens, total.output_tokens)
         self._take(response)
 
     async def on_policy(self, update: policy_pb2.PolicyUpdate, record: Record) -> None:
@@ -45,10 +45,11 @@ class Inbox:
         if self._replies.deliver(response) and response.WhichOneof("outcome") not in INTERIM:
             self._admission.answered()
 
-    def _settle(self, response: responses_pb2.Response) -> None:
+    def _settle(self, response: responses_pb2.Response, record: Record) -> None:
         """Spend and tokens of every final response (exploration candidates too: the tenant caused them)."""
         tenant, total = response.episode.request.tenant, response.episode.total
-        self._gate.settle(response.request_id, tenant, total.input_tokens, total.output_tokens, total.cost_usd)
+        self._gate.ledger.count(tenant, record.tp.partition, record.offset, total.cost_usd)
+        self._gate.settle(response.request_id, total.input_tokens, total.output_tokens)
         if tenant:
             m = self._metrics
             m.tenant_requests.labels(tenant, "answered" if response.WhichOneof("outcome") == "answer" else "failed").inc()

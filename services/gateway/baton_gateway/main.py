@@ -15,6 +15,7 @@ from baton_gateway.metrics import GatewayMetrics
 from baton_gateway.replies import Replies
 from baton_gateway.responses_routes import ResponsesApi
 from baton_gateway.routes import EXCEPTION_HANDLERS, Api
+from baton_gateway.spend import SpendLedger
 from baton_gateway.stored import StoredResponses
 from baton_platform import topics
 from baton_platform.config import BatonConfig, ConfigError, load_config
@@ -32,7 +33,10 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
     gw = config.gateway
     # Each replica enforces its share of every limit: its share of baton.responses' partitions (at
     # most all of it, should the topic hold more partitions than configured).
-    gate = Gatekeeper(gw, config.tenants, share=lambda: min(1.0, replies.owned / config.kafka.partitions))
+    ledger = SpendLedger({t.name for t in config.tenants}, config.kafka, service.publisher(
+        topics.SPEND, None, "Each tenant's spend per partition of baton.responses, keyed tenant/partition."))
+    gate = Gatekeeper(gw, config.tenants, share=lambda: min(1.0, replies.owned / config.kafka.partitions),
+                      ledger=ledger, max_cost_usd=config.synthesizer.max_cost_usd)
     metrics = GatewayMetrics(service.registry, gate.tenants, waiting=lambda: replies.waiting,
                              budgets=gate.budgeted(), budget_used=gate.budget_used)
     admission = Admission(gw.max_waiting)
@@ -51,6 +55,12 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
     async def replies_ready() -> str | None:
         return None if replies.ready else "no partition of baton.responses assigned yet"
 
+    async def spend_ready() -> str | None:
+        # Only a budget needs the spend of before this replica started.
+        if not gate.budgeted() or await ledger.caught_up():
+            return None
+        return "baton.spend not read up to its end yet"
+
     tracer = service.tracer_provider.get_tracer("baton.gateway")
     keys = IdempotencyKeys(config.kafka, service.publisher(
         topics.IDEMPOTENCY, None, "Claims of Idempotency-Keys, keyed by a digest of tenant and key."),
@@ -62,9 +72,10 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
         gw.stored_responses_days * 86400)
     responses = ResponsesApi(api, store, tracer)
     tables = (keys.table, store.table)
-    app = Starlette(routes=[*api.routes(), *responses.routes(), *service.http_routes(ready_checks=[replies_ready])],
-                    lifespan=service.lifespan(after_startup=[t.start for t in tables],
-                                              on_shutdown=[handover.stop, *(t.stop for t in tables)]),
+    app = Starlette(routes=[*api.routes(), *responses.routes(),
+                            *service.http_routes(ready_checks=[replies_ready, spend_ready])],
+                    lifespan=service.lifespan(after_startup=[*(t.start for t in tables), ledger.start],
+                                              on_shutdown=[handover.stop, ledger.stop, *(t.stop for t in tables)]),
                     exception_handlers=EXCEPTION_HANDLERS)
     app.state.service = service  # its broker, for tests and the AsyncAPI document
     return app

@@ -177,18 +177,27 @@ class Api:
         if req.temperature is not None:
             msg.temperature = req.temperature
         msg.budget.CopyFrom(budget_from(req.metadata or {}))
+        cap = self._gate.cost_cap(principal, msg.budget.max_cost_usd)
+        if cap:
+            msg.budget.max_cost_usd = cap
         msg.stream = bool(req.stream)
         if msg.ByteSize() > MAX_REQUEST_RECORD_BYTES:
             raise ApiError(413, f"the request is {msg.ByteSize()} bytes once encoded; at most "
                                 f"{MAX_REQUEST_RECORD_BYTES} fit, since each step of its workflow carries the "
                                 f"conversation again", code="request_too_large", param="messages")
-        self._gate.admit(principal)  # last: a request refused for another reason uses none of the key's rate
+        self._gate.admit(principal, cap)  # last: a request refused for another reason uses none of the key's rate
         # The deadline runs from here, publish included: a broker that is slow to take the
         # request (restarting, say) must not push the client's answer past it.
         deadline = time.monotonic() + gw.request_timeout_s
         if key is not None:
-            held = await self._keys.claim(key, Claim(request_id, key.fingerprint, partition, now_ms, msg.deadline_unix_ms))
+            try:
+                held = await self._keys.claim(key, Claim(request_id, key.fingerprint, partition, now_ms,
+                                                         msg.deadline_unix_ms))
+            except BaseException:
+                self._gate.release(principal.tenant, cap)
+                raise
             if held.request_id != request_id:
+                self._gate.release(principal.tenant, cap)  # no workflow of its own
                 if held.fingerprint != key.fingerprint:
                     raise ApiError(409, "this Idempotency-Key was used by another request with a different body; "
                                         "send a new key for a new request", code="idempotency_key_reused")
@@ -196,12 +205,13 @@ class Api:
                 log.info("request %s repeats %s (Idempotency-Key): joined", request_id, held.request_id)
                 return await self._join(held, msg)
         waiter = self._replies.expect(request_id, partition)
-        self._gate.opened(request_id, principal)
+        self._gate.opened(request_id, principal, cap)
         try:
             await asyncio.wait_for(self._requests_out.send(msg, key=request_id),
                                    max(0.0, deadline - time.monotonic()))
         except Exception as e:  # noqa: BLE001 - the broker is unreachable: say so, keep nothing
             self._replies.abandon(request_id, waiter)
+            self._gate.settle(request_id, 0, 0)
             if key is not None:
                 await self._keys.release(key, request_id)
             raise ApiError(503, f"the request could not be queued ({type(e).__name__}); retry shortly",

@@ -78,5 +78,10 @@ class TenantConfig(_Strict):
     feedback_per_minute: int | None = Field(default=60, gt=0,
                                             description="Ratings (POST /v1/feedback) per key; unset: no limit.")
     budget_usd: float | None = Field(default=None, gt=0,
-                                     description="Spend after which the tenant's calls get 429 insufficient_quota.")
+                                     description="Spend after which the tenant's calls get 429 insufficient_quota: "
+                                     "every gateway replica's, kept on the compacted topic baton.spend.")
+    max_request_cost_usd: float | None = Field(
+        default=None, gt=0, description="With a budget: the most one request may cost, sent as its cost cap "
+        "(synthesizer.max_cost_usd and the request's baton_max_cost_usd may lower it) and reserved from the budget "
+        "while it runs; unset: a hundredth of budget_usd.")
     keys: list[TenantKey] = Field(default_factory=list)
