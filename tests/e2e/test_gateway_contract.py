@@ -31,7 +31,8 @@ KEYS = {"fuzz": FUZZ_KEY, "limited": LIMITED_KEY, "broke": BROKE_KEY, "feedback"
         "provider": PROVIDER_KEY}
 # Generated requests per operation; most are invalid on purpose, and answered at once.
 EXAMPLES = {"createChatCompletion": 800, "createResponse": 300, "createFeedback": 300, "listModels": 60,
-            "getResponse": 30, "deleteResponse": 30}
+            "getResponse": 30, "deleteResponse": 30, "createFile": 40, "listFiles": 40, "retrieveFile": 40,
+            "downloadFile": 40, "deleteFile": 40}
 RESULTS: list[dict] = []  # every fuzz request: operation, status, body
 
 
@@ -206,7 +207,9 @@ ACROSS_FIELDS = re.compile(
     r"(tools\.\d+(\.function)?\.parameters|response_format\.json_schema\.schema|text\.format\.schema) "
     r"is not a valid JSON Schema)|"
     # The Responses API: a conversation to continue must be stored (state no schema can know).
-    r"Previous response with id .* not found\.")
+    r"Previous response with id .* not found\.|"
+    # An uploaded batch file is JSONL, which a `format: binary` part cannot state.
+    r"file: (line \d+ is not a JSON object|is not UTF-8 text|holds no JSON lines); a batch file is JSONL")
 
 
 def across_fields(response) -> bool:
@@ -225,7 +228,9 @@ def test_after_the_fuzz_the_stack_answers_and_no_key_shows_anywhere(stack):
     assert len(RESULTS) >= 1000, (statuses, by_operation)
     assert not [s for s in statuses if s >= 500], statuses
     for label in ("POST /v1/chat/completions", "POST /v1/responses", "GET /v1/responses/{response_id}",
-                  "DELETE /v1/responses/{response_id}", "POST /v1/feedback", "GET /v1/models"):
+                  "DELETE /v1/responses/{response_id}", "POST /v1/feedback", "GET /v1/models", "POST /v1/files",
+                  "GET /v1/files", "GET /v1/files/{file_id}", "GET /v1/files/{file_id}/content",
+                  "DELETE /v1/files/{file_id}"):
         assert by_operation[label] > 0, f"the fuzz never called {label}: {dict(by_operation)}"
     answered = collections.Counter(r["operation"] for r in RESULTS if r["status"] == 200)
     assert answered["POST /v1/responses"] > 10, "too few generated responses requests got through to a workflow"

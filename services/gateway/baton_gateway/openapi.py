@@ -9,6 +9,7 @@ from typing import Any
 from pydantic.json_schema import models_json_schema
 
 from baton_gateway.api import ChatCompletionRequest, FeedbackIn
+from baton_gateway.files import PURPOSES, UPLOAD_PURPOSES
 from baton_gateway.responses_api import ResponsesRequest
 from baton_platform.config import DEFAULT_POLICY_NAME
 
@@ -48,6 +49,71 @@ IDEMPOTENCY_ERRORS = {
 WORKFLOW_ERRORS = {
     "502": _error("The workflow failed (the code says how, e.g. step_failed, budget_exceeded)."),
     "504": _error("No answer within gateway.request_timeout_s, or a step timed out."),
+}
+
+
+FILE_SCHEMAS: dict[str, Any] = {
+    "FileUpload": {
+        "type": "object", "required": ["file", "purpose"], "additionalProperties": False,
+        "properties": {"file": {"type": "string", "format": "binary",
+                                "description": "JSONL: every non-empty line a JSON object (a batch's requests)."},
+                       "purpose": {"type": "string", "enum": list(UPLOAD_PURPOSES)}}},
+    "FileObject": {
+        "type": "object", "required": ["id", "object", "bytes", "created_at", "filename", "purpose", "status"],
+        "properties": {"id": {"type": "string"}, "object": {"const": "file"}, "bytes": {"type": "integer"},
+                       "created_at": {"type": "integer"}, "filename": {"type": "string"},
+                       "purpose": {"enum": list(PURPOSES)}, "status": {"const": "processed"},
+                       "expires_at": {"type": ["integer", "null"]}, "status_details": {"type": ["string", "null"]}}},
+    "FileList": {
+        "type": "object", "required": ["object", "data"],
+        "properties": {"object": {"const": "list"}, "has_more": {"type": "boolean"},
+                       "data": {"type": "array", "items": {"$ref": _REF.format(model="FileObject")}}}},
+    "FileDeleted": {
+        "type": "object", "required": ["id", "object", "deleted"],
+        "properties": {"id": {"type": "string"}, "object": {"const": "file"}, "deleted": {"const": True}}},
+}
+_FILE_ERRORS = {
+    "401": _error("No API key, an incorrect one (code invalid_api_key), or a key without the `chat` scope."),
+    "404": _error("No file of the caller's tenant has this id."),
+    "503": _error("The file store (gateway.files_dir) could not be reached; retry shortly."),
+}
+_FILE_ID = [{"name": "file_id", "in": "path", "required": True, "schema": {"type": "string"}}]
+FILE_PATHS: dict[str, Any] = {
+    "/v1/files": {
+        "post": {
+            "operationId": "createFile",
+            "description": "Upload a file of the caller's tenant: purpose batch, JSONL, at most gateway.max_file_bytes.",
+            "requestBody": {"required": True, "content": {"multipart/form-data": {
+                "schema": {"$ref": _REF.format(model="FileUpload")}}}},
+            "responses": {
+                "200": _json("The stored file.", {"$ref": _REF.format(model="FileObject")}),
+                "400": _error("Not a multipart form with one `file` and a `purpose` (error.param names the field), "
+                              "a purpose other than batch, or a file that is not JSONL (the message names the "
+                              "first bad line)."),
+                "401": _FILE_ERRORS["401"],
+                "413": _error("The file is larger than gateway.max_file_bytes (code request_too_large)."),
+                "503": _FILE_ERRORS["503"]}},
+        "get": {
+            "operationId": "listFiles",
+            "parameters": [{"name": "purpose", "in": "query", "required": False,
+                            "schema": {"type": "string", "enum": list(PURPOSES)}}],
+            "responses": {"200": _json("The tenant's files, newest first.", {"$ref": _REF.format(model="FileList")}),
+                          "400": _error("An unknown purpose."), "401": _FILE_ERRORS["401"],
+                          "503": _FILE_ERRORS["503"]}}},
+    "/v1/files/{file_id}": {
+        "parameters": _FILE_ID,
+        "get": {"operationId": "retrieveFile",
+                "responses": {"200": _json("The file.", {"$ref": _REF.format(model="FileObject")}),
+                              **_FILE_ERRORS}},
+        "delete": {"operationId": "deleteFile",
+                   "responses": {"200": _json("Deleted.", {"$ref": _REF.format(model="FileDeleted")}),
+                                 **_FILE_ERRORS}}},
+    "/v1/files/{file_id}/content": {
+        "parameters": _FILE_ID,
+        "get": {"operationId": "downloadFile",
+                "responses": {"200": {"description": "The file's content, as uploaded or written.",
+                                      "content": {"application/jsonl": {"schema": {"type": "string"}}}},
+                              **_FILE_ERRORS}}},
 }
 
 
@@ -117,6 +183,8 @@ def openapi_document(models: set[str] | frozenset[str] = frozenset({DEFAULT_POLI
         "type": "object", "required": ["object", "response_id", "accepted"],
         "properties": {"object": {"const": "feedback"}, "response_id": {"type": "string"},
                        "accepted": {"const": True}}}
+    schemas.update(FILE_SCHEMAS)
+
     def ref(name: str) -> dict:
         return {"$ref": _REF.format(model=name)}
 
@@ -126,7 +194,7 @@ def openapi_document(models: set[str] | frozenset[str] = frozenset({DEFAULT_POLI
     return {
         "openapi": "3.1.0",
         "info": {"title": "Baton gateway", "version": "1",
-                 "description": "OpenAI-compatible chat completions and responses; errors have OpenAI's shape "
+                 "description": "OpenAI-compatible chat completions, responses and files; errors have OpenAI's shape "
                                 "and status codes."},
         "components": {"schemas": schemas,
                        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
@@ -175,6 +243,7 @@ def openapi_document(models: set[str] | frozenset[str] = frozenset({DEFAULT_POLI
                 "requestBody": {"required": True, "content": {"application/json": {"schema": ref("FeedbackIn")}}},
                 "responses": {"202": _json("Accepted.", ref("FeedbackAccepted")),
                               **{c: ERRORS[c] for c in ("400", "401", "413", "429", "503")}}}},
+            **FILE_PATHS,
             "/health/live": health,
             "/health/ready": health,
         },

@@ -35,6 +35,13 @@ class GatewayConfig(_HttpService):
         "the client, not the gateway, ends an idle connection: a gateway that closes it first can do so just as "
         "the client sends a request on it, which the client then sees as a disconnect with no answer.")
     max_body_bytes: int = Field(default=1_000_000, gt=0)
+    files_dir: str | None = Field(
+        default=None, min_length=1,
+        description="Where uploaded files (POST /v1/files, purpose batch) and batch results are kept, per tenant: "
+        "a local directory or an fsspec URL such as s3://bucket/prefix. Unset: `files` below "
+        "reward_logger.dataset_dir, in the same store as the episodes.")
+    max_file_bytes: int = Field(default=100 * 1024 * 1024, gt=0,
+                                description="The largest file an upload may hold (JSON bodies: max_body_bytes).")
     max_messages: int = Field(default=256, gt=0)
     max_waiting: int = Field(
         default=2000, gt=0,

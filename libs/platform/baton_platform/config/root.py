@@ -113,6 +113,11 @@ class BatonConfig(BaseSettings):
         raise KeyError(name)
 
     @property
+    def files_dir(self) -> str:
+        """Where the gateway keeps files: gateway.files_dir, else `files` below the episodes' dataset."""
+        return self.gateway.files_dir or f"{self.reward_logger.dataset_dir.rstrip('/')}/files"
+
+    @property
     def providers(self) -> list[str]:
         return sorted({w.provider for w in self.workers})
 
