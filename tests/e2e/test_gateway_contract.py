@@ -32,7 +32,8 @@ KEYS = {"fuzz": FUZZ_KEY, "limited": LIMITED_KEY, "broke": BROKE_KEY, "feedback"
 # Generated requests per operation; most are invalid on purpose, and answered at once.
 EXAMPLES = {"createChatCompletion": 800, "createResponse": 300, "createFeedback": 300, "listModels": 60,
             "getResponse": 30, "deleteResponse": 30, "createFile": 40, "listFiles": 40, "retrieveFile": 40,
-            "downloadFile": 40, "deleteFile": 40}
+            "downloadFile": 40, "deleteFile": 40, "createBatch": 80, "listBatches": 20, "getBatch": 20,
+            "cancelBatch": 20}
 RESULTS: list[dict] = []  # every fuzz request: operation, status, body
 
 

@@ -4,7 +4,8 @@ baton_platform.topics.topic_plan: every topic gets config.kafka.partitions and a
 except baton.policy (one compacted partition), baton.rewards (one partition), baton.responses (kept at
 least as long as idempotency keys), baton.stored-responses (compacted, deleted after
 config.gateway.stored_responses_days), baton.idempotency (kept config.gateway.idempotency_hours),
-baton.spend (one compacted partition) and baton.limits.<provider> (one compacted partition); one baton.tasks.<provider> per provider in use.
+baton.spend (one compacted partition), baton.batches (one partition, compacted and deleted as
+stored responses) and baton.limits.<provider> (one compacted partition); one baton.tasks.<provider> per provider in use.
 With three replicas or more every topic sets min.insync.replicas=2.
 */}}
 {{- define "baton.topics" -}}
@@ -24,6 +25,7 @@ With three replicas or more every topic sets min.insync.replicas=2.
 {{- $items = append $items (dict "name" "baton.stored-responses" "partitions" $n "config" $stored) -}}
 {{- $items = append $items (dict "name" "baton.idempotency" "partitions" $n "config" (dict "retention.ms" (printf "%d" $hoursMs))) -}}
 {{- $items = append $items (dict "name" "baton.spend" "partitions" 1 "config" (dict "cleanup.policy" "compact")) -}}
+{{- $items = append $items (dict "name" "baton.batches" "partitions" 1 "config" $stored) -}}
 {{- range $p := include "baton.providers" . | fromJsonArray -}}
 {{- $items = append $items (dict "name" (printf "baton.tasks.%s" $p) "partitions" $n "config" (dict "retention.ms" $week)) -}}
 {{- $items = append $items (dict "name" (printf "baton.limits.%s" $p) "partitions" 1 "config" (dict "cleanup.policy" "compact" "segment.ms" "60000")) -}}

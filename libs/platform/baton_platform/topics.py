@@ -12,6 +12,7 @@ LIMITS_PREFIX = "baton.limits."
 STORED_RESPONSES = "baton.stored-responses"
 IDEMPOTENCY = "baton.idempotency"
 SPEND = "baton.spend"
+BATCHES = "baton.batches"
 
 GROUP_ROUTER = "baton-router"
 GROUP_SYNTHESIZER = "baton-synthesizer"
@@ -70,6 +71,9 @@ def topic_plan(partitions: int, providers: list[str], *, stored_days: float = 30
     # Each tenant's spend per partition of baton.responses (baton_gateway.spend): compacted, never deleted.
     counts[SPEND] = 1
     configs[SPEND] = {"cleanup.policy": "compact"}
+    # Batches (baton_gateway.batches), keyed by id: compacted, kept as long as stored responses.
+    counts[BATCHES] = 1
+    configs[BATCHES] = {"cleanup.policy": "compact,delete", "retention.ms": str(int(stored_days * DAY_MS))}
     # Graded episodes for the routers' online learning: one partition, since every replica reads
     # all of it (the trainer folds new workers in from the episode files long before it expires).
     counts[REWARDS] = 1

@@ -47,6 +47,7 @@ class Principal:
     scopes: frozenset[str]
     models: frozenset[str]
     digest: str = field(default="", repr=False)
+    batch: bool = False  # a line of a batch: the tenant's budget holds it, not its key's rates
 
     def may_use(self, model: str) -> bool:
         return "*" in self.models or model in self.models
@@ -184,6 +185,12 @@ class Gatekeeper:
         now = self._clock()
         if tenant.budget_usd is not None:
             self._check_budget(tenant, reserve_usd, share)
+        if not principal.batch:
+            self._check_rates(principal, tenant, share, now)
+        if reserve_usd:
+            self._reserved[tenant.name] = self._reserved.get(tenant.name, 0.0) + reserve_usd
+
+    def _check_rates(self, principal: Principal, tenant: TenantConfig, share: float, now: float) -> None:
         requests = tokens = None
         if tenant.requests_per_minute is not None:
             limit = max(1.0, tenant.requests_per_minute * share)
@@ -197,8 +204,6 @@ class Gatekeeper:
                 self._limited("tokens per minute (TPM)", limit, tokens.seconds_until(1))
         if requests is not None:
             requests.level -= 1
-        if reserve_usd:
-            self._reserved[tenant.name] = self._reserved.get(tenant.name, 0.0) + reserve_usd
 
     def _check_budget(self, tenant: TenantConfig, reserve_usd: float, share: float) -> None:
         budget = tenant.budget_usd or 0.0

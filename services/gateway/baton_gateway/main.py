@@ -8,6 +8,7 @@ from starlette.applications import Starlette
 from baton.v1 import feedback_pb2, policy_pb2, requests_pb2, responses_pb2
 from baton_gateway.admission import Admission
 from baton_gateway.auth import Gatekeeper
+from baton_gateway.batches_routes import batch_api
 from baton_gateway.files import FileStore
 from baton_gateway.files_routes import FilesApi
 from baton_gateway.handover import Handover
@@ -73,12 +74,15 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
         topics.STORED_RESPONSES, None, "Responses created with store: true, keyed by id (a delete: a newer record)."),
         gw.stored_responses_days * 86400)
     responses = ResponsesApi(api, store, tracer)
-    files = FilesApi(api, FileStore(config.files_dir, gw.max_file_bytes), tracer)
-    tables = (keys.table, store.table)
-    app = Starlette(routes=[*api.routes(), *responses.routes(), *files.routes(),
+    file_store = FileStore(config.files_dir, gw.max_file_bytes)
+    files = FilesApi(api, file_store, tracer)
+    batches, runner = batch_api(config, service, api, replies, file_store, tracer)
+    tables = (keys.table, store.table, batches.table)
+    app = Starlette(routes=[*api.routes(), *responses.routes(), *files.routes(), *batches.routes(),
                             *service.http_routes(ready_checks=[replies_ready, spend_ready])],
-                    lifespan=service.lifespan(after_startup=[*(t.start for t in tables), ledger.start],
-                                              on_shutdown=[handover.stop, ledger.stop, *(t.stop for t in tables)]),
+                    lifespan=service.lifespan(after_startup=[*(t.start for t in tables), ledger.start, runner.start],
+                                              on_shutdown=[runner.stop, handover.stop, ledger.stop,
+                                                           *(t.stop for t in tables)]),
                     exception_handlers=EXCEPTION_HANDLERS)
     app.state.service = service  # its broker, for tests and the AsyncAPI document
     return app

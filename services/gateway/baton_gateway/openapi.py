@@ -139,6 +139,63 @@ def _user_input_required(schema: dict[str, Any]) -> None:
         "items": schema["properties"]["input"]["anyOf"][1]["items"]}]}
 
 
+def _batch_schemas(schemas: dict[str, Any]) -> None:
+    schemas["BatchCreate"] = {
+        "type": "object", "required": ["input_file_id", "endpoint", "completion_window"], "additionalProperties": False,
+        "properties": {"input_file_id": {"type": "string", "minLength": 1},
+                       "endpoint": {"enum": ["/v1/chat/completions"]}, "completion_window": {"const": "24h"},
+                       "metadata": {"type": ["object", "null"], "maxProperties": 16,
+                                    "additionalProperties": {"type": "string", "maxLength": 512}}}}
+    schemas["Batch"] = {
+        "type": "object", "required": ["id", "object", "endpoint", "input_file_id", "status", "request_counts"],
+        "properties": {"id": {"type": "string"}, "object": {"const": "batch"}, "endpoint": {"type": "string"},
+                       "input_file_id": {"type": "string"},
+                       "status": {"enum": ["validating", "in_progress", "finalizing", "completed", "failed",
+                                           "cancelling", "cancelled", "expired"]},
+                       "output_file_id": {"type": ["string", "null"]}, "error_file_id": {"type": ["string", "null"]},
+                       "request_counts": {"type": "object", "required": ["total", "completed", "failed"]}}}
+    schemas["BatchList"] = {
+        "type": "object", "required": ["object", "data", "has_more"],
+        "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": {"$ref": _REF.format(model="Batch")}},
+                       "first_id": {"type": ["string", "null"]}, "last_id": {"type": ["string", "null"]},
+                       "has_more": {"type": "boolean"}}}
+
+
+def _batch_paths() -> dict[str, Any]:
+    """`/v1/batches` and its operations (baton_gateway.batches_routes)."""
+    batch = {"$ref": _REF.format(model="Batch")}
+    unknown = _error("No batch of the caller's tenant has this id.")
+    batch_id = [{"name": "batch_id", "in": "path", "required": True, "schema": {"type": "string"}}]
+    return {
+        "/v1/batches": {
+            "post": {"operationId": "createBatch",
+                     "requestBody": {"required": True, "content": {"application/json": {
+                         "schema": {"$ref": _REF.format(model="BatchCreate")}}}},
+                     "responses": {"200": _json("The batch, validating.", batch),
+                                   "400": _error("A bad parameter, or an input file line that breaks a rule (the "
+                                                 "message names the line)."),
+                                   "401": ERRORS["401"],
+                                   "404": _error("No file of the caller's tenant with this id and purpose batch."),
+                                   "413": ERRORS["413"],
+                                   "429": _error("The tenant has max_open_batches batches running (code batch_limit)."),
+                                   "503": ERRORS["503"]}},
+            "get": {"operationId": "listBatches",
+                    "parameters": [{"name": "after", "in": "query", "required": False, "schema": {"type": "string"}},
+                                   {"name": "limit", "in": "query", "required": False,
+                                    "schema": {"type": "integer", "minimum": 1, "maximum": 100}}],
+                    "responses": {"200": _json("The tenant's batches, newest first.",
+                                               {"$ref": _REF.format(model="BatchList")}),
+                                  "400": _error("limit is not an integer from 1 to 100."), "401": ERRORS["401"]}}},
+        "/v1/batches/{batch_id}": {"parameters": batch_id, "get": {
+            "operationId": "getBatch",
+            "responses": {"200": _json("The batch.", batch), "401": ERRORS["401"], "404": unknown}}},
+        "/v1/batches/{batch_id}/cancel": {"parameters": batch_id, "post": {
+            "operationId": "cancelBatch",
+            "responses": {"200": _json("The batch, cancelling (or as it ended, if it had).", batch),
+                          "401": ERRORS["401"], "404": unknown, "503": ERRORS["503"]}}},
+    }
+
+
 def openapi_document(models: set[str] | frozenset[str] = frozenset({DEFAULT_POLICY_NAME})) -> dict[str, Any]:
     _, top = models_json_schema([(ChatCompletionRequest, "validation"), (FeedbackIn, "validation"),
                                  (ResponsesRequest, "validation")], ref_template=_REF)
@@ -184,6 +241,7 @@ def openapi_document(models: set[str] | frozenset[str] = frozenset({DEFAULT_POLI
         "properties": {"object": {"const": "feedback"}, "response_id": {"type": "string"},
                        "accepted": {"const": True}}}
     schemas.update(FILE_SCHEMAS)
+    _batch_schemas(schemas)
 
     def ref(name: str) -> dict:
         return {"$ref": _REF.format(model=name)}
@@ -244,6 +302,7 @@ def openapi_document(models: set[str] | frozenset[str] = frozenset({DEFAULT_POLI
                 "responses": {"202": _json("Accepted.", ref("FeedbackAccepted")),
                               **{c: ERRORS[c] for c in ("400", "401", "413", "429", "503")}}}},
             **FILE_PATHS,
+            **_batch_paths(),
             "/health/live": health,
             "/health/ready": health,
         },

@@ -56,6 +56,10 @@ class Replies:
         """Partitions of baton.responses this replica reads: its share of the gateway's traffic."""
         return len(self._partitions)
 
+    def owns(self, partition: int) -> bool:
+        """Whether this replica reads `partition` now (not while a rebalance is taking it away)."""
+        return partition in self._partitions and partition not in self._revoked
+
     @property
     def ready(self) -> bool:
         return bool(self._partitions)

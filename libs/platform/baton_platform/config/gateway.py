@@ -34,6 +34,11 @@ class GatewayConfig(_HttpService):
         "the openai client's transport, drops its connections after 5 s) and load balancers' (60 s is common), so "
         "the client, not the gateway, ends an idle connection: a gateway that closes it first can do so just as "
         "the client sends a request on it, which the client then sees as a disconnect with no answer.")
+    batch_concurrency: int = Field(default=8, gt=0, description="Lines of batches (POST /v1/batches) a replica runs "
+                                   "at once.")
+    batch_yield_waiting: int = Field(
+        default=16, ge=0, description="A replica starts no batch line while more interactive requests than this "
+        "wait on it for answers: batches take only the capacity interactive traffic leaves.")
     max_body_bytes: int = Field(default=1_000_000, gt=0)
     files_dir: str | None = Field(
         default=None, min_length=1,
@@ -87,6 +92,9 @@ class TenantConfig(_Strict):
     budget_usd: float | None = Field(default=None, gt=0,
                                      description="Spend after which the tenant's calls get 429 insufficient_quota: "
                                      "every gateway replica's, kept on the compacted topic baton.spend.")
+    max_open_batches: int = Field(default=10, ge=0, description="Batches (POST /v1/batches) the tenant may have "
+                                  "running at once; 0: no Batch API.")
+    max_batch_lines: int = Field(default=50_000, gt=0, description="Requests one batch of the tenant may hold.")
     max_request_cost_usd: float | None = Field(
         default=None, gt=0, description="With a budget: the most one request may cost, sent as its cost cap "
         "(synthesizer.max_cost_usd and the request's baton_max_cost_usd may lower it) and reserved from the budget "
