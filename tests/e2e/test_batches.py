@@ -81,6 +81,22 @@ def test_a_batch_runs_to_completed_with_its_output_and_error_files(stack, client
     assert batch.id in [b.id for b in client.batches.list(limit=100).data]
 
 
+def test_a_batch_of_responses_answers_each_line_as_the_responses_api_does(stack, client):
+    content = b"".join(json.dumps({
+        "custom_id": f"r-{i}", "method": "POST", "url": "/v1/responses",
+        "body": {"model": "baton", "input": f"Question r {i}?", "instructions": "Be brief."}}).encode() + b"\n"
+        for i in range(3))
+    upload = client.files.create(file=("responses.jsonl", content), purpose="batch")
+    batch = client.batches.create(input_file_id=upload.id, endpoint="/v1/responses", completion_window="24h")
+    batch = wait_until(client, batch.id, lambda b: b.status in TERMINAL)
+    assert (batch.status, batch.request_counts.completed) == ("completed", 3)
+    for line in lines_of(client, batch.output_file_id):
+        body = line["response"]["body"]
+        assert body["object"] == "response" and body["status"] == "completed"
+        assert body["output"][0]["content"][0]["text"]
+        assert client.responses.retrieve(body["id"]).id == body["id"], "stored, as store defaults to true"
+
+
 def test_a_bad_input_file_is_refused_naming_its_line(client):
     with pytest.raises(openai.BadRequestError) as err:
         submit(client, jsonl(2, "x") + b'{"custom_id": "x-0", "method": "POST", "url": "/v1/chat/completions", "body": {}}\n')

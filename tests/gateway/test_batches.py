@@ -84,3 +84,76 @@ def test_a_batch_has_one_home_partition_and_batches_spread_over_them():
     assert home_partition("batch_x", 4) == home_partition("batch_x", 4)
     homes = {home_partition(new_batch_object("f", ENDPOINT, None, 1)["id"], 4) for _ in range(64)}
     assert homes == {0, 1, 2, 3}
+
+
+class Endpoint:
+    """Answers each line as the chat endpoint would, or refuses the model it does not know."""
+
+    def __init__(self):
+        self.asked = []
+
+    async def __call__(self, raw, principal, span, key):
+        body = json.loads(raw)
+        self.asked.append((body["model"], key.slot, principal.batch))
+        if body["model"] != "baton":
+            raise ApiError(404, "The model does not exist", code="model_not_found", param="model")
+        return f"r{len(self.asked)}", {"object": "chat.completion", "choices": [{"message": {"content": "ok"}}]}
+
+
+def runner_for(tmp_path, endpoint):
+    from opentelemetry.trace import NoOpTracer
+
+    from baton_gateway.batch_runner import BatchRunner
+    from baton_gateway.files import FileStore
+    from baton_platform.config import GatewayConfig
+
+    files, batches = FileStore(str(tmp_path / "files"), 10**6), Batches(None, None)
+    runner = BatchRunner(batches, files, str(tmp_path / "files"), {ENDPOINT: endpoint}, NoOpTracer(), GatewayConfig(),
+                         owns=lambda partition: True, partitions=4, interactive_waiting=lambda: 0)
+    return runner, batches, files
+
+
+async def submitted(batches, files, content: bytes, **changes) -> Batch:
+    upload = await files.put("acme", "in.jsonl", "batch", content)
+    b = Batch("acme", "k1", ["chat"], ["*"], new_batch_object(upload["id"], ENDPOINT, None, content.count(b"\n") + 1))
+    b.object.update(changes)
+    await batches.save(b)
+    return b
+
+
+async def test_a_batch_runs_each_line_once_and_writes_its_output_and_error_files(tmp_path):
+    endpoint = Endpoint()
+    runner, batches, files = runner_for(tmp_path, endpoint)
+    b = await submitted(batches, files, line("a") + b"\n" + line("b", body={"model": "nope", "messages": []}))
+    await runner._drive(b.id)
+    assert b.status == "completed" and b.object["request_counts"] == {"total": 2, "completed": 1, "failed": 1}
+    out = [json.loads(x) for x in (await files.content("acme", b.object["output_file_id"])).splitlines()]
+    err = [json.loads(x) for x in (await files.content("acme", b.object["error_file_id"])).splitlines()]
+    assert [(o["custom_id"], o["response"]["status_code"]) for o in out] == [("a", 200)]
+    assert [(e["custom_id"], e["response"]["status_code"]) for e in err] == [("b", 404)]
+    assert len({slot for _, slot, _ in endpoint.asked}) == 2 and all(batch for _, _, batch in endpoint.asked)
+
+
+async def test_a_batch_taken_over_asks_only_the_lines_not_answered_yet(tmp_path):
+    from baton_gateway.batch_runner import Progress
+
+    endpoint = Endpoint()
+    runner, batches, files = runner_for(tmp_path, endpoint)
+    b = await submitted(batches, files, b"\n".join(line(c) for c in "abc"), status="in_progress")
+    # What the last replica answered and kept before it died.
+    await Progress(str(tmp_path / "files"), b.id).add([{"id": "x", "custom_id": "b", "error": None, "response": {
+        "status_code": 200, "request_id": "r0", "body": {}}}])
+    await runner._drive(b.id)
+    assert len(endpoint.asked) == 2 and b.object["request_counts"]["completed"] == 3
+
+
+async def test_a_batch_past_its_window_or_cancelled_starts_no_line(tmp_path):
+    endpoint = Endpoint()
+    runner, batches, files = runner_for(tmp_path, endpoint)
+    late = await submitted(batches, files, line("a"), expires_at=1)
+    await runner._drive(late.id)
+    stopped = await submitted(batches, files, line("a"))
+    await batches.cancel(stopped)
+    await runner._drive(stopped.id)
+    assert (late.status, stopped.status, endpoint.asked) == ("expired", "cancelled", [])
+    assert stopped.object["cancelling_at"] and stopped.object["cancelled_at"]

@@ -26,19 +26,18 @@ import posixpath
 import time
 import uuid
 import zlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from fsspec.implementations.local import LocalFileSystem
 from opentelemetry import trace
-from opentelemetry.trace import Tracer
+from opentelemetry.trace import Span, Tracer
 
-from baton_gateway.api import ApiError, completion_body, parse_chat_request
+from baton_gateway.api import ApiError
 from baton_gateway.auth import Principal
 from baton_gateway.batches import Batch, Batches, Line, parse_lines
 from baton_gateway.files import FileStore
 from baton_gateway.idempotency import IdempotencyKey
-from baton_gateway.routes import Api
 from baton_platform.config import GatewayConfig
 from baton_platform.dataset import locate
 
@@ -47,6 +46,15 @@ log = logging.getLogger(__name__)
 TICK_S = 0.5
 PART_EVERY_S = 2.0
 BUDGET_WAIT_S = 1.0  # a line refused while the tenant's running requests hold its budget waits this long
+
+
+# Runs one line's request body as its endpoint would: (request id, answer body), or an ApiError.
+Complete = Callable[[bytes, Principal, Span, IdempotencyKey], Awaitable[tuple[str, dict[str, Any]]]]
+
+
+def _expired(batch: Batch) -> bool:
+    """Past its completion window: no new line starts, and it ends `expired` with what it answered."""
+    return time.time() > batch.object["expires_at"]
 
 
 def home_partition(batch_id: str, partitions: int) -> int:
@@ -93,10 +101,11 @@ class Progress:
 
 
 class BatchRunner:
-    def __init__(self, batches: Batches, files: FileStore, files_root: str, api: Api, tracer: Tracer,
-                 settings: GatewayConfig, owns: Callable[[int], bool], partitions: int,
+    def __init__(self, batches: Batches, files: FileStore, files_root: str, endpoints: Mapping[str, Complete],
+                 tracer: Tracer, settings: GatewayConfig, owns: Callable[[int], bool], partitions: int,
                  interactive_waiting: Callable[[], int]) -> None:
-        self._batches, self._files, self._files_root, self._api = batches, files, files_root, api
+        """`endpoints`: how a line of each endpoint is run (Api.complete, ResponsesApi.complete)."""
+        self._batches, self._files, self._files_root, self._endpoints = batches, files, files_root, endpoints
         self._tracer, self._settings, self._owns, self._partitions = tracer, settings, owns, partitions
         self._interactive_waiting = interactive_waiting
         self._running: dict[str, asyncio.Task] = {}
@@ -147,7 +156,7 @@ class BatchRunner:
         batch = self._batches.by_id(batch_id)
         if batch is None:
             return
-        if time.time() > batch.object["expires_at"]:
+        if _expired(batch):
             await self._finish(batch, "expired")
             return
         content = await self._files.content(batch.tenant, batch.object["input_file_id"])
@@ -166,7 +175,9 @@ class BatchRunner:
         cancelled = self._batches.cancel_asked(batch.id)
         if cancelled is not None:
             batch.object["cancelling_at"] = cancelled
-        await self._finish(batch, "completed" if cancelled is None else "cancelled")
+            await self._finish(batch, "cancelled")
+        else:
+            await self._finish(batch, "expired" if _expired(batch) else "completed")
 
     async def _answer(self, batch: Batch, lines: list[Line]) -> None:
         progress = Progress(self._files_root, batch.id)
@@ -184,7 +195,7 @@ class BatchRunner:
                 answered.append(task.result())
 
         for line in todo:
-            if self._batches.cancel_asked(batch.id) is not None:
+            if self._batches.cancel_asked(batch.id) is not None or _expired(batch):
                 break
             await slots.acquire()
             await self._yield_to_interactive()
@@ -236,7 +247,7 @@ class BatchRunner:
                 "error": None}
 
     async def _ask(self, batch: Batch, line: Line) -> tuple[str, int, dict[str, Any]]:
-        api = self._api
+        complete = self._endpoints[batch.object["endpoint"]]
         principal = Principal(batch.tenant, batch.key_id, frozenset(batch.scopes), frozenset(batch.models),
                               digest=f"batch:{batch.id}", batch=True)
         raw = json.dumps(line.body).encode()
@@ -244,19 +255,15 @@ class BatchRunner:
         key = IdempotencyKey(slot, hashlib.sha256(batch.object["endpoint"].encode() + b"\0" + raw).hexdigest())
         with self._tracer.start_as_current_span("batch line", kind=trace.SpanKind.INTERNAL,
                                                 attributes={"baton.batch_id": batch.id}) as span:
-            request_id = ""
             while True:
                 try:
-                    req = parse_chat_request(raw, api.visible_models(principal))
-                    api.check_eval(principal, req)
-                    request_id, waiter, deadline = await api.ask(req, principal, span, key)
-                    response = await api.final_response(request_id, waiter, deadline)
-                    return request_id, 200, completion_body(request_id, req.model, response)
+                    request_id, body = await complete(raw, principal, span, key)
+                    return request_id, 200, body
                 except ApiError as e:
                     if e.code == "insufficient_quota" and e.headers.get("retry-after"):
                         await asyncio.sleep(BUDGET_WAIT_S)  # the budget is held by running requests
                         continue
-                    return request_id, e.status, e.body()
+                    return "", e.status, e.body()
 
     async def _move(self, batch: Batch, status: str) -> None:
         batch.object["status"] = status
@@ -270,8 +277,6 @@ class BatchRunner:
 
     async def _finish(self, batch: Batch, status: str) -> None:
         """Write the output and error files from every part, then the final status."""
-        if batch.status == "validating" and status != "expired":
-            status = "cancelled"
         if status == "completed":
             await self._move(batch, "finalizing")
         done = await Progress(self._files_root, batch.id).done()

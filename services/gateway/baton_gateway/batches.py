@@ -29,7 +29,7 @@ from baton_platform.consumer import Publisher
 
 log = logging.getLogger(__name__)
 
-ENDPOINTS = ("/v1/chat/completions",)
+ENDPOINTS = ("/v1/chat/completions", "/v1/responses")
 WINDOW = "24h"
 WINDOW_S = 24 * 3600
 ACTIVE = ("validating", "in_progress", "finalizing", "cancelling")

@@ -18,6 +18,7 @@ from baton_gateway.batch_runner import BatchRunner
 from baton_gateway.batches import ENDPOINTS, WINDOW, Batch, Batches, new_batch_object, parse_lines
 from baton_gateway.files import FileStore
 from baton_gateway.replies import Replies
+from baton_gateway.responses_routes import ResponsesApi
 from baton_gateway.routes import Api, error_response
 from baton_platform import topics
 from baton_platform.config import BatonConfig, TenantConfig
@@ -29,12 +30,13 @@ PAGE_MOST = 100
 ID = re.compile(r"^batch_[0-9a-f]{24}$")
 
 
-def batch_api(config: BatonConfig, service: Service, api: Api, replies: Replies, files: FileStore,
-              tracer: Tracer) -> tuple[BatchesApi, BatchRunner]:
+def batch_api(config: BatonConfig, service: Service, api: Api, responses: ResponsesApi, replies: Replies,
+              files: FileStore, tracer: Tracer) -> tuple[BatchesApi, BatchRunner]:
     """The Batch API's endpoints and the runner of this replica's batches."""
     batches = Batches(config.kafka, service.publisher(
         topics.BATCHES, None, "Batches (POST /v1/batches), keyed by id; a record keyed cancel/<id> asks to stop one."))
-    runner = BatchRunner(batches, files, config.files_dir, api, tracer, config.gateway, replies.owns,
+    endpoints = {"/v1/chat/completions": api.complete, "/v1/responses": responses.complete}
+    runner = BatchRunner(batches, files, config.files_dir, endpoints, tracer, config.gateway, replies.owns,
                          config.kafka.partitions, lambda: replies.waiting)
     return BatchesApi(api, batches, files, {t.name: t for t in config.tenants}), runner
 

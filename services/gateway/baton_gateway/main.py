@@ -76,7 +76,7 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
     responses = ResponsesApi(api, store, tracer)
     file_store = FileStore(config.files_dir, gw.max_file_bytes)
     files = FilesApi(api, file_store, tracer)
-    batches, runner = batch_api(config, service, api, replies, file_store, tracer)
+    batches, runner = batch_api(config, service, api, responses, replies, file_store, tracer)
     tables = (keys.table, store.table, batches.table)
     app = Starlette(routes=[*api.routes(), *responses.routes(), *files.routes(), *batches.routes(),
                             *service.http_routes(ready_checks=[replies_ready, spend_ready])],

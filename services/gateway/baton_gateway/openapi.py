@@ -143,7 +143,7 @@ def _batch_schemas(schemas: dict[str, Any]) -> None:
     schemas["BatchCreate"] = {
         "type": "object", "required": ["input_file_id", "endpoint", "completion_window"], "additionalProperties": False,
         "properties": {"input_file_id": {"type": "string", "minLength": 1},
-                       "endpoint": {"enum": ["/v1/chat/completions"]}, "completion_window": {"const": "24h"},
+                       "endpoint": {"enum": ["/v1/chat/completions", "/v1/responses"]}, "completion_window": {"const": "24h"},
                        "metadata": {"type": ["object", "null"], "maxProperties": 16,
                                     "additionalProperties": {"type": "string", "maxLength": 512}}}}
     schemas["Batch"] = {

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from opentelemetry import propagate, trace
-from opentelemetry.trace import Tracer
+from opentelemetry.trace import Span, Tracer
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -21,7 +21,7 @@ from starlette.routing import Route
 from baton.v1 import responses_pb2
 from baton_gateway.api import ApiError, json_object
 from baton_gateway.auth import Principal
-from baton_gateway.idempotency import key_of
+from baton_gateway.idempotency import IdempotencyKey, key_of
 from baton_gateway.responses_api import (
     ID_PREFIX,
     ResponsesRequest,
@@ -80,6 +80,24 @@ class ResponsesApi:
             body = response_body(request_id, req, created, response)
             await self._keep(req, request_id, principal, body, response)
             return JSONResponse(body, headers=headers)
+
+    async def complete(self, raw: bytes, principal: Principal, span: Span,
+                       key: IdempotencyKey | None) -> tuple[str, dict[str, Any]]:
+        """A response whose request body is `raw`, not streamed, as a batch line runs it (stored and
+        continued as any other): its request id and response object; an ApiError as the endpoint
+        would answer it."""
+        api = self._api
+        req = parse_responses_request(json_object(raw))
+        if req.stream:
+            raise ApiError(400, "stream is not supported in a batch", param="stream")
+        chat = chat_request_for(req, await self._history(req, principal), api.visible_models(principal))
+        api.check_eval(principal, chat)
+        request_id, waiter, deadline = await api.ask(chat, principal, span, key)
+        created = now()
+        response = await api.final_response(request_id, waiter, deadline)
+        body = response_body(request_id, req, created, response)
+        await self._keep(req, request_id, principal, body, response)
+        return request_id, body
 
     async def _history(self, req: ResponsesRequest, principal: Principal) -> list[dict[str, Any]]:
         if req.previous_response_id is None:

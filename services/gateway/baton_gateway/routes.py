@@ -103,6 +103,18 @@ class Api:
             headers = self.answered(request_id, principal, response, span, started)
             return JSONResponse(completion_body(request_id, req.model, response), headers=headers)
 
+    async def complete(self, raw: bytes, principal: Principal, span: Span,
+                       key: IdempotencyKey | None) -> tuple[str, dict[str, Any]]:
+        """A chat completion whose body is `raw`, not streamed, as a batch line runs it: its request id
+        and answer body; an ApiError as the endpoint would answer it."""
+        req = parse_chat_request(raw, self.visible_models(principal))
+        if req.stream:
+            raise ApiError(400, "stream is not supported in a batch", param="stream")
+        self.check_eval(principal, req)
+        request_id, waiter, deadline = await self.ask(req, principal, span, key)
+        response = await self.final_response(request_id, waiter, deadline)
+        return request_id, completion_body(request_id, req.model, response)
+
     def refused(self, e: ApiError, principal: Principal | None, span: Span) -> JSONResponse:
         """Count and answer a request refused before its workflow started."""
         self._metrics.requests.labels(str(e.status)).inc()
