@@ -7,7 +7,6 @@ import json
 import pytest
 
 from baton_gateway.api import ApiError
-from baton_gateway.batch_runner import home_partition
 from baton_gateway.batches import CANCEL, Batch, Batches, new_batch_object, parse_lines
 
 ENDPOINT = "/v1/chat/completions"
@@ -80,12 +79,6 @@ def test_a_cancel_is_read_only_from_the_batchs_own_tenant_and_shows_as_cancellin
     assert batches.shown(b)["status"] == "cancelled"
 
 
-def test_a_batch_has_one_home_partition_and_batches_spread_over_them():
-    assert home_partition("batch_x", 4) == home_partition("batch_x", 4)
-    homes = {home_partition(new_batch_object("f", ENDPOINT, None, 1)["id"], 4) for _ in range(64)}
-    assert homes == {0, 1, 2, 3}
-
-
 class Endpoint:
     """Answers each line as the chat endpoint would, or refuses the model it does not know."""
 
@@ -109,7 +102,7 @@ def runner_for(tmp_path, endpoint):
 
     files, batches = FileStore(str(tmp_path / "files"), 10**6), Batches(None, None)
     runner = BatchRunner(batches, files, str(tmp_path / "files"), {ENDPOINT: endpoint}, NoOpTracer(), GatewayConfig(),
-                         owns=lambda partition: True, partitions=4, interactive_waiting=lambda: 0)
+                         owns=lambda partition: True, interactive_waiting=lambda: 0)
     return runner, batches, files
 
 

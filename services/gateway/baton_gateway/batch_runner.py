@@ -1,8 +1,9 @@
 """Runs batches: each line is a request through the same path as an interactive one (auth, models,
 budgets, workflows, episodes), behind it in priority.
 
-Which replica runs a batch: the one that owns its home partition of baton.responses (a hash of its
-id), so that when a replica stops or dies, the one that takes the partition over goes on with it.
+Which replica runs a batch: the one that owns its home partition of baton.responses (a partition the
+replica that created it owned then), so that when a replica stops or dies, the one that takes the
+partition over goes on with it.
 Nothing runs twice: each line carries an idempotency key of its own (tenant, batch, custom_id), so a
 line the last replica had started is joined, not run again, and the answers so far are kept as parts
 in the file store (`<files_dir>/_batches/<batch id>/`), so lines already answered are not asked again.
@@ -25,7 +26,6 @@ import os
 import posixpath
 import time
 import uuid
-import zlib
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -55,10 +55,6 @@ Complete = Callable[[bytes, Principal, Span, IdempotencyKey], Awaitable[tuple[st
 def _expired(batch: Batch) -> bool:
     """Past its completion window: no new line starts, and it ends `expired` with what it answered."""
     return time.time() > batch.object["expires_at"]
-
-
-def home_partition(batch_id: str, partitions: int) -> int:
-    return zlib.crc32(batch_id.encode()) % max(1, partitions)
 
 
 class Progress:
@@ -102,11 +98,11 @@ class Progress:
 
 class BatchRunner:
     def __init__(self, batches: Batches, files: FileStore, files_root: str, endpoints: Mapping[str, Complete],
-                 tracer: Tracer, settings: GatewayConfig, owns: Callable[[int], bool], partitions: int,
+                 tracer: Tracer, settings: GatewayConfig, owns: Callable[[int], bool],
                  interactive_waiting: Callable[[], int]) -> None:
         """`endpoints`: how a line of each endpoint is run (Api.complete, ResponsesApi.complete)."""
         self._batches, self._files, self._files_root, self._endpoints = batches, files, files_root, endpoints
-        self._tracer, self._settings, self._owns, self._partitions = tracer, settings, owns, partitions
+        self._tracer, self._settings, self._owns = tracer, settings, owns
         self._interactive_waiting = interactive_waiting
         self._running: dict[str, asyncio.Task] = {}
         self._task: asyncio.Task | None = None
@@ -131,13 +127,13 @@ class BatchRunner:
     def _tick(self) -> None:
         """Start the batches whose home partition this replica owns; stop those it no longer does."""
         for batch in self._batches.active():
-            mine = self._owns(home_partition(batch.id, self._partitions))
-            if mine and batch.id not in self._running:
+            if self._owns(batch.home) and batch.id not in self._running:
                 task = asyncio.create_task(self._run(batch.id), name=f"batch {batch.id}")
                 self._running[batch.id] = task
                 task.add_done_callback(functools.partial(self._ended, batch.id))
         for batch_id, task in list(self._running.items()):
-            if not self._owns(home_partition(batch_id, self._partitions)):
+            batch = self._batches.by_id(batch_id)
+            if batch is None or not self._owns(batch.home):
                 task.cancel()
 
     def _ended(self, batch_id: str, _task: asyncio.Task) -> None:

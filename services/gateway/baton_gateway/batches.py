@@ -18,7 +18,7 @@ import json
 import logging
 import secrets
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from baton_gateway.api import ApiError
@@ -54,7 +54,7 @@ class Batch:
     scopes: list[str]
     models: list[str]
     object: dict[str, Any]
-    extra: dict[str, Any] = field(default_factory=dict)
+    home: int = 0  # the partition of baton.responses whose owner runs it
 
     @property
     def id(self) -> str:
@@ -66,7 +66,7 @@ class Batch:
 
     def record(self) -> dict[str, Any]:
         return {"tenant": self.tenant, "key_id": self.key_id, "scopes": self.scopes, "models": self.models,
-                "batch": self.object}
+                "home": self.home, "batch": self.object}
 
 
 def new_batch_object(input_file_id: str, endpoint: str, metadata: dict[str, str] | None, total: int) -> dict[str, Any]:
@@ -205,7 +205,7 @@ class Batches:
 def _checked(record: dict[str, Any]) -> Batch:
     batch = Batch(tenant=str(record["tenant"]), key_id=str(record["key_id"]),
                   scopes=[str(s) for s in record["scopes"]], models=[str(m) for m in record["models"]],
-                  object=dict(record["batch"]))
+                  object=dict(record["batch"]), home=int(record["home"]))
     obj = batch.object
     if obj.get("status") not in STATUSES or obj.get("endpoint") not in ENDPOINTS:
         raise ValueError("unknown status or endpoint")

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from opentelemetry.trace import Tracer
@@ -37,13 +37,15 @@ def batch_api(config: BatonConfig, service: Service, api: Api, responses: Respon
         topics.BATCHES, None, "Batches (POST /v1/batches), keyed by id; a record keyed cancel/<id> asks to stop one."))
     endpoints = {"/v1/chat/completions": api.complete, "/v1/responses": responses.complete}
     runner = BatchRunner(batches, files, config.files_dir, endpoints, tracer, config.gateway, replies.owns,
-                         config.kafka.partitions, lambda: replies.waiting)
-    return BatchesApi(api, batches, files, {t.name: t for t in config.tenants}), runner
+                         lambda: replies.waiting)
+    return BatchesApi(api, batches, files, {t.name: t for t in config.tenants}, replies.reply_partition), runner
 
 
 class BatchesApi:
-    def __init__(self, api: Api, batches: Batches, files: FileStore, tenants: Mapping[str, TenantConfig]) -> None:
-        self._api, self._batches, self._files, self._tenants = api, batches, files, tenants
+    def __init__(self, api: Api, batches: Batches, files: FileStore, tenants: Mapping[str, TenantConfig],
+                 home: Callable[[], int | None]) -> None:
+        """`home`: a partition of baton.responses this replica owns, for a new batch to live on."""
+        self._api, self._batches, self._files, self._tenants, self._home = api, batches, files, tenants, home
         self.table = batches.table
 
     def routes(self) -> list[Route]:
@@ -69,8 +71,11 @@ class BatchesApi:
             if content is None or meta is None or meta.get("purpose") != "batch":
                 raise ApiError(404, f"No file with id {file_id!r} and purpose batch.", param="input_file_id")
             lines = parse_lines(content, endpoint, limits.max_batch_lines)
+            home = self._home()
+            if home is None:
+                raise ApiError(503, "the gateway is not ready yet; retry shortly", type="service_unavailable")
             batch = Batch(principal.tenant, principal.key_id, sorted(principal.scopes), sorted(principal.models),
-                          new_batch_object(file_id, endpoint, metadata, len(lines)))
+                          new_batch_object(file_id, endpoint, metadata, len(lines)), home)
             await self._save(batch)
         except ApiError as e:
             return error_response(e)
