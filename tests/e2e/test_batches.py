@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import openai
 import pytest
-from testbed import two_step_standin_stack
+from testbed import two_step_standin_stack, wait_for_episodes
 
 from baton_tools.standins.server import configure_standin, reset_standin, standin_stats
 
@@ -158,6 +158,12 @@ def test_a_1000_line_batch_completes_beside_interactive_traffic(stack, client):
     batch = wait_until(client, batch.id, lambda b: b.status in TERMINAL, timeout=300)
     assert (batch.status, batch.request_counts.completed) == ("completed", 1000)
     assert running == "in_progress", "the interactive requests ran while the batch did"
+    # Each line is an episode like any other; waiting for them also leaves the session's shared broker
+    # with no backlog for the next suite's reward logger.
+    ids = {line["response"]["request_id"] for line in lines_of(client, batch.output_file_id)}
+    assert len(ids) == 1000
+    logged = wait_for_episodes(stack.dataset_dir, ids, timeout=300, columns=["request_id", "tenant"])
+    assert len(logged) == 1000 and {r["tenant"] for r in logged} == {"anonymous"}
     print(f"\ninteractive p50/p99 alone {p(alone, 50):.0f}/{p(alone, 99):.0f} ms, beside the batch "
           f"{p(beside, 50):.0f}/{p(beside, 99):.0f} ms; batch of 1000 lines in "
           f"{batch.completed_at - batch.created_at} s")

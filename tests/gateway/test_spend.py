@@ -4,6 +4,7 @@ that are not spend totals of a known tenant are skipped."""
 
 import asyncio
 import json
+import uuid
 
 import pytest
 from aiokafka import AIOKafkaProducer
@@ -14,7 +15,9 @@ from baton_platform import topics
 from baton_platform.config import KafkaConfig
 from baton_platform.service import Service
 
-TENANTS = {"acme", "zeta"}
+RUN = uuid.uuid4().hex[:8]  # the session's broker is shared: this run's tenants are its own
+ACME, ZETA = f"acme-{RUN}", f"zeta-{RUN}"
+TENANTS = {ACME, ZETA}
 
 
 async def ledger_of(kafka: KafkaConfig, service: Service) -> SpendLedger:
@@ -43,22 +46,21 @@ async def test_a_new_replica_starts_from_what_the_last_one_counted(kafka_bootstr
     await service.broker.start()
     try:
         first = await ledger_of(kafka, service)
-        base = first.spent("acme")  # the broker is shared by the session's tests
-        first.count("acme", 0, 10, 0.25)
-        first.count("acme", 1, 4, 0.5)
-        first.count("zeta", 0, 11, 1.0)
+        first.count(ACME, 0, 10, 0.25)
+        first.count(ACME, 1, 4, 0.5)
+        first.count(ZETA, 0, 11, 1.0)
         await first.stop()  # a clean stop publishes what changed
 
         await write(kafka_bootstrap, [
-            ("acme/0", json.dumps({"cost_usd": 0.01, "through": 3}).encode()),  # older than offset 10: loses
-            ("acme/2", b"not json"), ("acme/3", json.dumps({"cost_usd": -5, "through": 99}).encode()),
-            ("ghost/0", json.dumps({"cost_usd": 7, "through": 99}).encode()), ("acme", b"{}")])
+            (f"{ACME}/0", json.dumps({"cost_usd": 0.01, "through": 3}).encode()),  # older than offset 10: loses
+            (f"{ACME}/2", b"not json"), (f"{ACME}/3", json.dumps({"cost_usd": -5, "through": 99}).encode()),
+            (f"ghost-{RUN}/0", json.dumps({"cost_usd": 7, "through": 99}).encode()), (ACME, b"{}")])
         second = await ledger_of(kafka, service)
-        assert second.spent("acme") == pytest.approx(base + 0.75)
-        assert second.spent("ghost") == 0
-        second.count("acme", 0, 10, 0.25)  # offset 10 read again after the handover: counted already
-        second.count("acme", 0, 12, 0.125)
-        assert second.spent("acme") == pytest.approx(base + 0.875)
+        assert second.spent(ACME) == pytest.approx(0.75) and second.spent(ZETA) == pytest.approx(1.0)
+        assert second.spent(f"ghost-{RUN}") == 0
+        second.count(ACME, 0, 10, 0.25)  # offset 10 read again after the handover: counted already
+        second.count(ACME, 0, 12, 0.125)
+        assert second.spent(ACME) == pytest.approx(0.875)
         await second.stop()
     finally:
         await service.broker.stop()
@@ -66,14 +68,14 @@ async def test_a_new_replica_starts_from_what_the_last_one_counted(kafka_bootstr
 
 def test_a_total_is_kept_only_when_counted_through_a_later_offset():
     ledger = SpendLedger(TENANTS)
-    ledger._take("acme/0", json.dumps({"cost_usd": 1.0, "through": 5}).encode())
-    ledger._take("acme/0", json.dumps({"cost_usd": 0.5, "through": 4}).encode())  # read late, older
-    ledger._take("acme/1", json.dumps({"cost_usd": 2.0, "through": 1}).encode())
-    assert ledger.spent("acme") == pytest.approx(3.0)
-    ledger._take("acme/0", json.dumps({"cost_usd": 1.5, "through": 9}).encode())
-    assert ledger.spent("acme") == pytest.approx(3.5)
-    ledger._take("acme/0", json.dumps({"cost_usd": float("inf"), "through": 99}).encode())
-    assert ledger.spent("acme") == pytest.approx(3.5)
+    ledger._take(f"{ACME}/0", json.dumps({"cost_usd": 1.0, "through": 5}).encode())
+    ledger._take(f"{ACME}/0", json.dumps({"cost_usd": 0.5, "through": 4}).encode())  # read late, older
+    ledger._take(f"{ACME}/1", json.dumps({"cost_usd": 2.0, "through": 1}).encode())
+    assert ledger.spent(ACME) == pytest.approx(3.0)
+    ledger._take(f"{ACME}/0", json.dumps({"cost_usd": 1.5, "through": 9}).encode())
+    assert ledger.spent(ACME) == pytest.approx(3.5)
+    ledger._take(f"{ACME}/0", json.dumps({"cost_usd": float("inf"), "through": 99}).encode())
+    assert ledger.spent(ACME) == pytest.approx(3.5)
 
 
 def test_a_flush_that_fails_is_sent_again_with_the_next():
@@ -88,8 +90,8 @@ def test_a_flush_that_fails_is_sent_again_with_the_next():
 
     out = Away()
     ledger = SpendLedger(TENANTS, out=out)  # type: ignore[arg-type] - a publisher's send alone
-    ledger.count("acme", 0, 1, 0.5)
+    ledger.count(ACME, 0, 1, 0.5)
     asyncio.run(ledger.flush())
     out.fail = False
     asyncio.run(ledger.flush())
-    assert [(k, r["cost_usd"], r["through"]) for k, r in out.sent] == [("acme/0", 0.5, 1)]
+    assert [(k, r["cost_usd"], r["through"]) for k, r in out.sent] == [(f"{ACME}/0", 0.5, 1)]
