@@ -22,7 +22,6 @@ import functools
 import hashlib
 import json
 import logging
-import os
 import posixpath
 import time
 import uuid
@@ -36,7 +35,7 @@ from opentelemetry.trace import Span, Tracer
 from baton_gateway.api import ApiError
 from baton_gateway.auth import Principal
 from baton_gateway.batches import Batch, Batches, Line, parse_lines
-from baton_gateway.files import FileStore
+from baton_gateway.files import FileStore, write_atomic
 from baton_gateway.idempotency import IdempotencyKey
 from baton_platform.config import GatewayConfig
 from baton_platform.dataset import locate
@@ -88,12 +87,7 @@ class Progress:
         if not isinstance(self._fs, LocalFileSystem):
             self._fs.pipe_file(final, body)  # an object store publishes a PUT whole
             return
-        temp = posixpath.join(self._dir, "." + name)
-        with open(temp, "wb") as f:
-            f.write(body)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temp, final)
+        write_atomic(final, body)
 
 
 class BatchRunner:
