@@ -90,8 +90,8 @@ train-conductor: install vllm ## Rebuild the shipped LLM conductor (config/condu
 		--test $(CONDUCTOR_BUILD)/test.csv --rows 500 --latency-rows 40 \
 		--adapter warm-start=config/conductor/adapter --report config/conductor/table
 
-up: install kafka vllm ## Start Kafka, every service and the local model server in the background (gateway on 127.0.0.1:8080)
-	.venv/bin/baton up
+up: install kafka vllm ## Start Kafka, every service and the local model server in the background (gateway on 127.0.0.1:8080; SECURE=1: SASL_SSL and ACLs, each service its own Kafka user)
+	.venv/bin/baton up $(if $(SECURE),--secure)
 
 down: ## Stop everything `make up` started
 	@if [ -x .venv/bin/baton ]; then .venv/bin/baton down; else echo "nothing to stop"; fi

@@ -30,6 +30,7 @@ MODULE_TIERS = {
     "e2e/test_local_model.py": ("vllm", "slow"),
     "e2e/test_vllm_conductor.py": ("vllm", "slow"),
     "tools/test_kafka_harness.py": ("kafka",),
+    "platform/test_kafka_acls.py": ("kafka",),
 }
 TESTS = Path(__file__).resolve().parent
 

@@ -129,11 +129,12 @@ def sandbox_available() -> bool:
 
 
 @contextlib.contextmanager
-def running_stack(data: dict, run_dir: Path, bootstrap_servers: str, *, env: dict[str, str] | None = None,
-                  start_timeout: float = 180):
-    """Every service of `data`'s configuration as its own process on the given broker, the gateway on a
-    free port, `env` added to each process's environment; the config is written to `stack.config_file`
-    in `run_dir`. Stopped however the block ends."""
+def running_stack(data: dict, run_dir: Path, bootstrap_servers: str | None, *, env: dict[str, str] | None = None,
+                  start_timeout: float = 180, secure: bool = False):
+    """Every service of `data`'s configuration as its own process on the given broker (or, with
+    `secure`, on a SASL_SSL broker with ACLs of the stack's own), the gateway on a free port, `env` added
+    to each process's environment; the config is written to `stack.config_file` in `run_dir`. Stopped
+    however the block ends."""
     from baton_tools.procs import free_port
     from baton_tools.stack import Stack
 
@@ -141,7 +142,7 @@ def running_stack(data: dict, run_dir: Path, bootstrap_servers: str, *, env: dic
     cfg = Path(run_dir) / "baton.yaml"
     cfg.write_text(yaml.safe_dump(data))
     stack = Stack(run_dir, config_file=cfg, gateway_port=free_port(), bootstrap_servers=bootstrap_servers, env=env,
-                  console_port=free_port())
+                  console_port=free_port(), secure=secure)
     stack.start(echo=lambda *_: None, timeout=start_timeout)
     try:
         yield stack

@@ -1,5 +1,6 @@
-"""Creating the suite's topics with explicit partition counts: `baton-topics`, run by `make up`, the
-tests, and the Helm chart's pre-install Job. Nothing is ever auto-created."""
+"""Creating the suite's topics with explicit partition counts (and, with `--acls`, its ACL table):
+`baton-topics`, run by `make up`, the tests, and the Helm chart's pre-install Job. Nothing is ever
+auto-created."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import time
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import for_code
 
+from baton_platform import acls
 from baton_platform import topics as names
 from baton_platform.config import ConfigError, load_config
 from baton_platform.kafka import client_options
@@ -85,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="baton-topics", description="Create Baton's topics on the configured cluster")
     parser.add_argument("--config", default=None, help="defaults to BATON_CONFIG")
     parser.add_argument("--timeout", type=float, default=60.0)
+    parser.add_argument("--acls", action="store_true",
+                        help="also create the suite's ACLs (baton_platform.acls) for the workers' providers: for a "
+                        "cluster whose authorizer denies what no ACL allows; the configured user must be a super user")
     args = parser.parse_args(argv)
     try:
         cfg = load_config(args.config)
@@ -96,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
                               replication_factor=cfg.kafka.replication_factor, timeout=args.timeout))
     for name, n in sorted(counts.items()):
         print(f"{name}: {n} partition(s), replication {cfg.kafka.replication_factor}")
+    if args.acls:
+        bindings = acls.grants(cfg.providers)
+        asyncio.run(acls.apply(client_options(cfg.kafka), bindings, timeout=args.timeout))
+        print(f"{len(bindings)} ACLs for {len(acls.table(cfg.providers))} identities")
     return 0
 
 

@@ -13,23 +13,37 @@ from faststream.security import BaseSecurity, SASLPlaintext, SASLScram256, SASLS
 from baton_platform.config import KafkaConfig
 
 
-def _security(cfg: KafkaConfig) -> BaseSecurity | None:
-    if cfg.security_protocol == "PLAINTEXT":
+def _ssl_context(cfg: KafkaConfig) -> ssl.SSLContext | None:
+    """TLS to the brokers (SSL, SASL_SSL): their CA, and this service's client certificate when set
+    (mutual TLS, where the certificate's name is the service's Kafka principal)."""
+    if cfg.security_protocol not in ("SSL", "SASL_SSL"):
         return None
-    context = None
-    if cfg.security_protocol in ("SSL", "SASL_SSL"):
-        context = ssl.create_default_context(cafile=str(cfg.ssl_cafile) if cfg.ssl_cafile else None)
-    if cfg.security_protocol == "SSL":
-        return BaseSecurity(ssl_context=context, use_ssl=True)
+    context = ssl.create_default_context(cafile=str(cfg.ssl_cafile) if cfg.ssl_cafile else None)
+    if cfg.ssl_certfile:
+        context.load_cert_chain(str(cfg.ssl_certfile), str(cfg.ssl_keyfile) if cfg.ssl_keyfile else None)
+    return context
+
+
+def _sasl_credentials(cfg: KafkaConfig) -> tuple[str, str]:
     password = os.environ.get(cfg.sasl_password_env or "", "")
     if not (cfg.sasl_username and password):
         raise ValueError(
             "kafka: SASL needs sasl_username and a password in the variable named by sasl_password_env"
         )
+    return cfg.sasl_username, password
+
+
+def _security(cfg: KafkaConfig) -> BaseSecurity | None:
+    if cfg.security_protocol == "PLAINTEXT":
+        return None
+    context = _ssl_context(cfg)
+    if cfg.security_protocol == "SSL":
+        return BaseSecurity(ssl_context=context, use_ssl=True)
+    username, password = _sasl_credentials(cfg)
     kind = {"PLAIN": SASLPlaintext, "SCRAM-SHA-256": SASLScram256, "SCRAM-SHA-512": SASLScram512}[
         cfg.sasl_mechanism or "PLAIN"
     ]
-    return kind(username=cfg.sasl_username, password=password, ssl_context=context,
+    return kind(username=username, password=password, ssl_context=context,
                 use_ssl=cfg.security_protocol == "SASL_SSL")
 
 
@@ -76,10 +90,11 @@ def client_options(cfg: KafkaConfig) -> dict:
     """Connection settings for plain aiokafka clients (admin, probes), matching make_broker's."""
     options: dict = {"bootstrap_servers": cfg.bootstrap_servers, "security_protocol": cfg.security_protocol}
     if cfg.security_protocol in ("SSL", "SASL_SSL"):
-        options["ssl_context"] = ssl.create_default_context(cafile=str(cfg.ssl_cafile) if cfg.ssl_cafile else None)
+        options["ssl_context"] = _ssl_context(cfg)
     if cfg.security_protocol.startswith("SASL"):
-        options.update(sasl_mechanism=cfg.sasl_mechanism or "PLAIN", sasl_plain_username=cfg.sasl_username,
-                       sasl_plain_password=os.environ.get(cfg.sasl_password_env or "", ""))
+        username, password = _sasl_credentials(cfg)
+        options.update(sasl_mechanism=cfg.sasl_mechanism or "PLAIN", sasl_plain_username=username,
+                       sasl_plain_password=password)
     return options
 
 

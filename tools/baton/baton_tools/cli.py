@@ -21,7 +21,7 @@ def cmd_up(args) -> int:
     if (RUN_DIR / "stack.json").exists():
         print(f"a stack is already running (see {RUN_DIR / 'stack.json'}); `make down` first", file=sys.stderr)
         return 1
-    stack = Stack(RUN_DIR, config_file=config_path(), env=TERMINAL_LOGS).start(detach=True)
+    stack = Stack(RUN_DIR, config_file=config_path(), env=TERMINAL_LOGS, secure=args.secure).start(detach=True)
     print(f"Baton is up: OpenAI-compatible API at {stack.base_url} (model 'baton'); console at {stack.console_url}; "
           f"Kafka at {stack.bootstrap_servers}; logs in {RUN_DIR / 'logs'}")
     return 0
@@ -128,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("up", help="start Kafka and every service in the background")
     p.add_argument("--only", metavar="NAME", help="restart only this service of the running stack "
                    "(a name from .baton/run/stack.json: gateway, router, synthesizer, reward-logger, executor-<provider>-<i>)")
+    p.add_argument("--secure", action="store_true", help="run the bus as a secured cluster: SASL_SSL (SCRAM), "
+                   "ACLs, each service as its own Kafka user (certificates and passwords in .baton/run/kafka-pki)")
     p.set_defaults(fn=cmd_up)
     sub.add_parser("down", help="stop what `baton up` started").set_defaults(fn=cmd_down)
     p = sub.add_parser("demo", help="start everything, ask real questions, print answers and workflows, stop "

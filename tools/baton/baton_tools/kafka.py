@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from baton_tools import procs
+from baton_tools.kafka_security import ADMIN, BusSecurity
 
 __all__ = [
     "KAFKA_VERSION",
@@ -259,7 +260,7 @@ def _new_cluster_id() -> str:
             return cluster_id
 
 
-def _run_sync(factory: Callable[[], Awaitable[_T]]) -> _T:
+def run_sync(factory: Callable[[], Awaitable[_T]]) -> _T:
     async def runner() -> _T:
         return await factory()
 
@@ -301,6 +302,7 @@ class LocalKafka:
         *,
         version: str = KAFKA_VERSION,
         server_properties: dict[str, str] | None = None,
+        security: BusSecurity | None = None,
     ) -> None:
         self._owns_dir = data_dir is None
         self.data_dir = (
@@ -313,6 +315,9 @@ class LocalKafka:
         self.log_file = Path(log_file).absolute() if log_file is not None else self.data_dir / "kafka.log"
         self.version = version
         self.server_properties = dict(server_properties or {})
+        # Secured: SASL_SSL on `port`, mutual TLS on `tls_port` (see baton_tools.kafka_security).
+        self.security = security
+        self.tls_port = procs.free_ports(1)[0] if security is not None else None
         self.pid: int | None = None
         self.startup_seconds: float | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -330,6 +335,17 @@ class LocalKafka:
     @property
     def bootstrap_servers(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def tls_bootstrap_servers(self) -> str | None:
+        """The mutual-TLS listener of a secured broker."""
+        return f"127.0.0.1:{self.tls_port}" if self.tls_port is not None else None
+
+    def admin_options(self) -> dict:
+        """aiokafka options of a principal that may do anything: plaintext, or `admin` when secured."""
+        if self.security is None:
+            return {"bootstrap_servers": self.bootstrap_servers}
+        return self.security.client_options(ADMIN, self.bootstrap_servers)
 
     @property
     def pidfile(self) -> Path:
@@ -483,6 +499,8 @@ class LocalKafka:
             "num.network.threads": "1",
             "num.io.threads": "1",
         }
+        if self.security is not None:
+            props.update(self.security.broker_properties(self.port, self.tls_port, self.controller_port))
         props.update(self.server_properties)
         body = "".join(f"{key}={value}\n" for key, value in props.items())
         (self.data_dir / "server.properties").write_text(
@@ -515,6 +533,7 @@ class LocalKafka:
             _new_cluster_id(),
             "-c",
             str(self.data_dir / "server.properties"),
+            *(self.security.format_args() if self.security is not None else []),
         ]
         try:
             proc = subprocess.run(
@@ -581,8 +600,8 @@ class LocalKafka:
                 )
             if procs.port_open(self.port):
                 try:
-                    probe = functools.partial(_broker_ready, self.bootstrap_servers, min(5.0, remaining))
-                    if _run_sync(probe):
+                    probe = functools.partial(_broker_ready, self.admin_options(), min(5.0, remaining))
+                    if run_sync(probe):
                         return
                 except Exception as exc:  # noqa: BLE001 - any failure here just means "not yet"
                     log.debug("Kafka not ready yet: %r", exc)
@@ -593,12 +612,10 @@ class _PortTaken(Exception):
     pass
 
 
-async def _broker_ready(bootstrap_servers: str, timeout: float) -> bool:
+async def _broker_ready(options: dict, timeout: float) -> bool:
     from aiokafka.admin import AIOKafkaAdminClient
 
-    admin = AIOKafkaAdminClient(
-        bootstrap_servers=bootstrap_servers, request_timeout_ms=max(1000, int(timeout * 1000))
-    )
+    admin = AIOKafkaAdminClient(**options, request_timeout_ms=max(1000, int(timeout * 1000)))
     await asyncio.wait_for(admin.start(), timeout)
     try:
         cluster = await asyncio.wait_for(admin.describe_cluster(), timeout)
@@ -652,7 +669,7 @@ def create_topics(
     timeout: float = 30,
 ) -> None:
     """Blocking form of `acreate_topics`."""
-    _run_sync(lambda: acreate_topics(bootstrap_servers, topics, config=config, timeout=timeout))
+    run_sync(lambda: acreate_topics(bootstrap_servers, topics, config=config, timeout=timeout))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -719,7 +736,7 @@ def _wait_container_ready(container: Any, bootstrap: str, timeout: float = 120) 
         if status.status == "exited":
             raise KafkaHarnessError(f"the Kafka container exited: {container.get_logs()[1][-2000:]!r}")
         try:
-            if _run_sync(functools.partial(_broker_ready, bootstrap, 5.0)):
+            if run_sync(functools.partial(_broker_ready, {"bootstrap_servers": bootstrap}, 5.0)):
                 return
         except Exception as exc:  # noqa: BLE001 - any failure here just means "not yet"
             log.debug("Kafka container not ready yet: %r", exc)

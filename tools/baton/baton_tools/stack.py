@@ -16,10 +16,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from baton_platform import topics
+from baton_platform import acls, topics
+from baton_platform.admin import create_topics
 from baton_platform.config import BatonConfig, load_config
 from baton_tools import kafka as kafka_harness
 from baton_tools import model_servers, procs
+from baton_tools.kafka_security import BusSecurity, wait_until_granted
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_CONFIG = REPO_ROOT / "config" / "baton.yaml"
@@ -109,7 +111,7 @@ def plan_model_servers(config: BatonConfig, echo=print) -> list[ServiceProc]:
 class Stack:
     def __init__(self, run_dir: Path, *, config_file: Path | None = None, gateway_port: int | None = None,
                  bootstrap_servers: str | None = None, env: dict[str, str] | None = None,
-                 dataset_dir: Path | None = None, console_port: int | None = None) -> None:
+                 dataset_dir: Path | None = None, console_port: int | None = None, secure: bool = False) -> None:
         self.run_dir = Path(run_dir).resolve()
         self.config_file = Path(config_file or config_path()).resolve()
         self.config = load_config(self.config_file)
@@ -117,6 +119,11 @@ class Stack:
         self.console_port = console_port if console_port is not None else self.config.console.port
         self.bootstrap_servers = bootstrap_servers or os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or None
         self.extra_env = env or {}
+        # Secured bus: the stack's broker runs SASL_SSL with ACLs, and each service connects as itself.
+        if secure and self.bootstrap_servers is not None:
+            raise ValueError("a secured stack runs its own broker: unset KAFKA_BOOTSTRAP_SERVERS")
+        self.security = BusSecurity.create(self.run_dir / "kafka-pki", list(acls.table(self.config.providers))) \
+            if secure else None
         self.dataset_dir = Path(dataset_dir or self.run_dir / "data").resolve()
         self.kafka: kafka_harness.LocalKafka | None = None
         self.services: list[ServiceProc] = []
@@ -155,12 +162,12 @@ class Stack:
                      "machine)...")
                 self._write_state()
             if self.bootstrap_servers is None:
-                echo("starting Kafka (KRaft, single node)...")
-                self.kafka = kafka_harness.LocalKafka(data_dir=self.run_dir / "kafka", log_file=self.run_dir / "logs" / "kafka.log")
+                echo(f"starting Kafka (KRaft, single node{', SASL_SSL with ACLs' if self.security else ''})...")
+                self.kafka = kafka_harness.LocalKafka(data_dir=self.run_dir / "kafka", log_file=self.run_dir / "logs" / "kafka.log",
+                                                      security=self.security)
                 self.kafka.start(timeout=timeout, detach=detach)
                 self.bootstrap_servers = self.kafka.bootstrap_servers
-            counts, configs = topics.topic_plan_for(self.config)
-            kafka_harness.create_topics(self.bootstrap_servers, counts, config=configs)
+            self._prepare_bus()
             services = plan_services(self.config, self.gateway_port, self.console_port)
             if self.config.conductor.backend == "vllm":
                 run_router_on_vllm(next(s for s in services if s.name == "router"), echo)
@@ -174,6 +181,16 @@ class Stack:
             self.stop()
             raise
         return self
+
+    def _prepare_bus(self) -> None:
+        """The suite's topics and, on a secured broker, its ACLs (as `admin`)."""
+        options = self.kafka.admin_options() if self.kafka else {"bootstrap_servers": self.bootstrap_servers}
+        counts, configs = topics.topic_plan_for(self.config)
+        kafka_harness.run_sync(lambda: create_topics(options, counts, config=configs))
+        if self.security is not None:
+            kafka_harness.run_sync(lambda: acls.apply(options, acls.grants(self.config.providers)))
+            gateway = self.security.client_options(acls.identity("gateway"), self.bootstrap_servers)
+            kafka_harness.run_sync(lambda: wait_until_granted(gateway, topics.REQUESTS))
 
     def _env(self, svc: ServiceProc) -> dict[str, str]:
         env = {**os.environ, **self.extra_env}
@@ -189,6 +206,10 @@ class Stack:
             "PYTHONUNBUFFERED": "1",
         })
         env.pop("BATON_KAFKA__BOOTSTRAP_SERVERS", None)
+        if self.security is not None:
+            # executor-<provider>-<i> connects as executor-<provider>; every other service by its name.
+            role = svc.name.rsplit("-", 1)[0] if svc.name.startswith("executor-") else svc.name
+            env.update(self.security.client_env(acls.identity(role), self.bootstrap_servers or ""))
         section = {"router": "ROUTER", "synthesizer": "SYNTHESIZER", "reward-logger": "REWARD_LOGGER"}.get(svc.name)
         if section:
             env[f"BATON_{section}__PORT"] = str(svc.port)
@@ -225,6 +246,7 @@ class Stack:
             "dataset_dir": str(self.dataset_dir),
             "gateway_port": self.gateway_port,
             "console_port": self.console_port,
+            "secure": self.security is not None,
             "services": [asdict(s) for s in self.services],
         }
         self.state_file.write_text(json.dumps(state, indent=2))
@@ -270,6 +292,8 @@ class Stack:
                     console_port=state.get("console_port"),
                     dataset_dir=Path(state["dataset_dir"]) if state.get("dataset_dir") else None)
         stack.services = [ServiceProc(**s) for s in state["services"]]
+        if state.get("secure"):
+            stack.security = BusSecurity.create(stack.run_dir / "kafka-pki", [])
         stack._kafka_pidfile = state.get("kafka_pidfile")
         return stack
 

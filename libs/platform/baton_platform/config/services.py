@@ -23,9 +23,15 @@ class KafkaConfig(_Strict):
     bootstrap_servers: str = "127.0.0.1:9092"
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
     sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
-    sasl_username: str | None = None
+    sasl_username: str | None = Field(
+        default=None, description="The SASL user, one per service (`baton-gateway`, ...; `baton_platform.acls`): "
+        "each pod sets its own in BATON_KAFKA__SASL_USERNAME.")
     sasl_password_env: str | None = Field(default=None, description="Environment variable holding the SASL password.")
-    ssl_cafile: Path | None = None
+    ssl_cafile: Path | None = Field(default=None, description="The brokers' CA certificate (PEM).")
+    ssl_certfile: Path | None = Field(
+        default=None, description="This service's client certificate (PEM) for mutual TLS; its common name is the "
+        "service's Kafka principal (`baton-gateway`, ...).")
+    ssl_keyfile: Path | None = Field(default=None, description="The client certificate's private key (PEM).")
     partitions: int = Field(default=8, ge=1, description="Partitions per topic: the ceiling on replicas.")
     replication_factor: int = Field(default=1, ge=1, description="Replicas of each topic `baton-topics` creates.")
     # Short session timeouts make group joins and failover fast; production may raise them.
