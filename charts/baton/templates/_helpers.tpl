@@ -123,14 +123,29 @@ The services name themselves (OTEL_SERVICE_NAME is left to the code). Call with 
 */}}
 {{- define "baton.commonEnv" -}}
 {{- $root := .root -}}
+{{- $user := include "baton.kafkaUser" . -}}
 - name: BATON_CONFIG
   value: {{ include "baton.configPath" $root | quote }}
-{{- if include "baton.kafkaUsesSasl" $root }}
+{{- if and $user (include "baton.kafkaUsesSasl" $root) }}
+- name: BATON_KAFKA__SASL_USERNAME
+  value: {{ $user | quote }}
+- name: {{ $root.Values.config.kafka.sasl_password_env }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $user | quote }}
+      key: password
+{{- else if include "baton.kafkaUsesSasl" $root }}
 - name: {{ $root.Values.config.kafka.sasl_password_env }}
   valueFrom:
     secretKeyRef:
       name: {{ $root.Values.kafka.sasl.existingSecret | quote }}
       key: {{ $root.Values.kafka.sasl.existingSecretPasswordKey | quote }}
+{{- end }}
+{{- if and $user (eq $root.Values.kafka.users.authentication "tls") }}
+- name: BATON_KAFKA__SSL_CERTFILE
+  value: {{ printf "%s/user.crt" (include "baton.kafkaUserDir" .) | quote }}
+- name: BATON_KAFKA__SSL_KEYFILE
+  value: {{ printf "%s/user.key" (include "baton.kafkaUserDir" .) | quote }}
 {{- end }}
 {{- if $root.Values.otel.enabled }}
 - name: POD_NAME
@@ -176,7 +191,19 @@ The services name themselves (OTEL_SERVICE_NAME is left to the code). Call with 
 {{- end }}
 {{- end -}}
 
-{{/* Volumes every Baton pod mounts: the configuration, /tmp and the Kafka CA. Call with (dict "root" $ "configMap" NAME). */}}
+{{/*
+The Kafka user a service's pod connects as with kafka.users.enabled (baton_platform.acls.identity:
+`baton-<service>`), else nothing. Call with (dict "root" $ "service" NAME); without a service (the
+topics Job) it is config.kafka's own user.
+*/}}
+{{- define "baton.kafkaUser" -}}
+{{- if and .root.Values.kafka.users.enabled .service -}}baton-{{ .service | replace "_" "-" }}{{- end -}}
+{{- end -}}
+
+{{- define "baton.kafkaUserDir" -}}/etc/baton-kafka-user{{- end -}}
+
+{{/* Volumes every Baton pod mounts: the configuration, /tmp, the Kafka CA, and with kafka.users over
+mutual TLS its user's certificate. Call with (dict "root" $ "configMap" NAME "service" NAME). */}}
 {{- define "baton.commonVolumes" -}}
 - name: config
   configMap:
@@ -192,18 +219,32 @@ The services name themselves (OTEL_SERVICE_NAME is left to the code). Call with 
       - key: {{ .root.Values.kafka.tls.caSecretKey | quote }}
         path: ca.crt
 {{- end }}
+{{- if and (include "baton.kafkaUser" .) (eq .root.Values.kafka.users.authentication "tls") }}
+- name: kafka-user
+  secret:
+    secretName: {{ include "baton.kafkaUser" . | quote }}
+    items:
+      - {key: user.crt, path: user.crt}
+      - {key: user.key, path: user.key}
+{{- end }}
 {{- end -}}
 
+{{/* Call with (dict "root" $ "service" NAME), as baton.commonVolumes. */}}
 {{- define "baton.commonVolumeMounts" -}}
 - name: config
-  mountPath: {{ include "baton.configDir" . }}
+  mountPath: {{ include "baton.configDir" .root }}
   readOnly: true
 - name: tmp
   mountPath: /tmp
-{{- if include "baton.kafkaMountsCa" . }}
+{{- if include "baton.kafkaMountsCa" .root }}
 - name: kafka-ca
-  mountPath: {{ .Values.config.kafka.ssl_cafile }}
+  mountPath: {{ .root.Values.config.kafka.ssl_cafile }}
   subPath: ca.crt
+  readOnly: true
+{{- end }}
+{{- if and (include "baton.kafkaUser" .) (eq .root.Values.kafka.users.authentication "tls") }}
+- name: kafka-user
+  mountPath: {{ include "baton.kafkaUserDir" .root }}
   readOnly: true
 {{- end }}
 {{- end -}}

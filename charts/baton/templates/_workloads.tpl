@@ -6,6 +6,7 @@ executorDefaults with its `executors` entry merged over them) plus:
   kind        the values key; `baton.<kind>.pod` renders what its pod adds to the common one
   component   app.kubernetes.io/component, and the suffix of its resources' names
   name, command, port (config.<section>.port), labels (extra, on every resource of it)
+  identity    the name of its Kafka identity, `baton-<service>` (baton.kafkaUser)
   hpa         a CPU HorizontalPodAutoscaler is rendered; autoscaled: replicas are left to an autoscaler
   maxReplicas the most replicas it may run, checked against config.kafka.partitions
 */}}
@@ -14,18 +15,18 @@ executorDefaults with its `executors` entry merged over them) plus:
 {{- $items := list -}}
 {{- range $s := list (list "gateway" "gateway" "gateway") (list "router" "router" "router") (list "synthesizer" "synthesizer" "synthesizer") (list "rewardLogger" "reward-logger" "reward_logger") -}}
 {{- $w := deepCopy (get $v (index $s 0)) -}}
-{{- $_ := merge $w (dict "kind" (index $s 0) "component" (index $s 1) "container" (index $s 1) "section" (index $s 2) "labels" dict) -}}
+{{- $_ := merge $w (dict "kind" (index $s 0) "component" (index $s 1) "container" (index $s 1) "section" (index $s 2) "identity" (index $s 1) "labels" dict) -}}
 {{- $items = append $items $w -}}
 {{- end -}}
 {{- if $v.console.enabled -}}
 {{- $w := deepCopy $v.console -}}
-{{- $_ := merge $w (dict "kind" "console" "component" "console" "container" "console" "section" "console" "labels" dict) -}}
+{{- $_ := merge $w (dict "kind" "console" "component" "console" "container" "console" "section" "console" "identity" "console" "labels" dict) -}}
 {{- $items = append $items $w -}}
 {{- end -}}
 {{- range $p := include "baton.providers" . | fromJsonArray -}}
 {{- $w := include "baton.mergeValues" (dict "base" $v.executorDefaults "over" (get $v.executors $p | default dict)) | fromJson -}}
 {{- $component := printf "executor-%s" (include "baton.providerSlug" $p) -}}
-{{- $_ := merge $w (dict "kind" "executor" "component" $component "container" "executor" "section" "executor" "provider" $p "labels" (dict "baton.dev/provider" $p)) -}}
+{{- $_ := merge $w (dict "kind" "executor" "component" $component "container" "executor" "section" "executor" "provider" $p "identity" (printf "executor-%s" $p) "labels" (dict "baton.dev/provider" $p)) -}}
 {{- $items = append $items $w -}}
 {{- end -}}
 {{- range $w := $items -}}
