@@ -303,6 +303,7 @@ class LocalKafka:
         version: str = KAFKA_VERSION,
         server_properties: dict[str, str] | None = None,
         security: BusSecurity | None = None,
+        node_id: int = _NODE_ID,
     ) -> None:
         self._owns_dir = data_dir is None
         self.data_dir = (
@@ -318,6 +319,12 @@ class LocalKafka:
         # Secured: SASL_SSL on `port`, mutual TLS on `tls_port` (see baton_tools.kafka_security).
         self.security = security
         self.tls_port = procs.free_ports(1)[0] if security is not None else None
+        # One node of a KafkaCluster: its id, the quorum's voters, the cluster id and the replication the
+        # internal topics get; alone, a quorum of itself.
+        self.node_id = node_id
+        self.voters = f"{node_id}@127.0.0.1:{self.controller_port}"
+        self.cluster_id: str | None = None
+        self.replication = 1
         self.pid: int | None = None
         self.startup_seconds: float | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -381,11 +388,8 @@ class LocalKafka:
         self._refuse_if_running()
         attempts = 3 if self._auto_ports else 1
         for attempt in range(1, attempts + 1):
-            self._write_config()
-            self._format(java, libs, deadline)
-            offset = self.log_file.stat().st_size if self.log_file.exists() else 0
+            offset = self._launch(java, libs, deadline, detach)
             spawned = time.monotonic()
-            self._spawn(java, libs, detach)
             try:
                 self._wait_ready(deadline, offset)
             except _PortTaken:
@@ -403,9 +407,7 @@ class LocalKafka:
                 raise
             self.startup_seconds = time.monotonic() - spawned
             break
-        self.pidfile.write_text(f"{self.pid}\n")
-        if not detach:
-            atexit.register(self._stop_at_exit)
+        self._started(detach)
         log.info(
             "Kafka %s ready at %s (pid %s) in %.1fs",
             self.version,
@@ -445,6 +447,19 @@ class LocalKafka:
 
     # -- internals -------------------------------------------------------------------------------
 
+    def _launch(self, java: str, libs: Path, deadline: float, detach: bool) -> int:
+        """Write the config, format the storage once, and spawn the JVM; returns where its log starts."""
+        self._write_config()
+        self._format(java, libs, deadline)
+        offset = self.log_file.stat().st_size if self.log_file.exists() else 0
+        self._spawn(java, libs, detach)
+        return offset
+
+    def _started(self, detach: bool) -> None:
+        self.pidfile.write_text(f"{self.pid}\n")
+        if not detach:
+            atexit.register(self._stop_at_exit)
+
     def _stop_at_exit(self) -> None:
         with contextlib.suppress(Exception):
             self.stop(timeout=10)
@@ -472,8 +487,8 @@ class LocalKafka:
     def _write_config(self) -> None:
         props = {
             "process.roles": "broker,controller",
-            "node.id": str(_NODE_ID),
-            "controller.quorum.voters": f"{_NODE_ID}@127.0.0.1:{self.controller_port}",
+            "node.id": str(self.node_id),
+            "controller.quorum.voters": self.voters,
             "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
             "controller.listener.names": "CONTROLLER",
@@ -481,19 +496,19 @@ class LocalKafka:
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             "log.dirs": str(self.log_dir),
             # The defaults assume three brokers; with one, groups and transactions never start.
-            "offsets.topic.replication.factor": "1",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
-            "share.coordinator.state.topic.replication.factor": "1",
-            "share.coordinator.state.topic.min.isr": "1",
+            "offsets.topic.replication.factor": str(self.replication),
+            "transaction.state.log.replication.factor": str(self.replication),
+            "transaction.state.log.min.isr": str(min(self.replication, 2)),
+            "share.coordinator.state.topic.replication.factor": str(self.replication),
+            "share.coordinator.state.topic.min.isr": str(min(self.replication, 2)),
             # 50 partitions each (the default) make the first group join or transaction slow on 2 cores.
             "offsets.topic.num.partitions": "5",
             "transaction.state.log.num.partitions": "5",
             "group.initial.rebalance.delay.ms": "0",
             "auto.create.topics.enable": "false",
             "num.partitions": "1",
-            "default.replication.factor": "1",
-            "min.insync.replicas": "1",
+            "default.replication.factor": str(self.replication),
+            "min.insync.replicas": str(min(self.replication, 2)),
             # One thread each for the network and the requests: the defaults (3 and 8) are sized for
             # a server's cores, and here only add thread hand-offs between a few cores.
             "num.network.threads": "1",
@@ -530,7 +545,7 @@ class LocalKafka:
             "kafka.tools.StorageTool",
             "format",
             "-t",
-            _new_cluster_id(),
+            self.cluster_id or _new_cluster_id(),
             "-c",
             str(self.data_dir / "server.properties"),
             *(self.security.format_args() if self.security is not None else []),
@@ -600,7 +615,7 @@ class LocalKafka:
                 )
             if procs.port_open(self.port):
                 try:
-                    probe = functools.partial(_broker_ready, self.admin_options(), min(5.0, remaining))
+                    probe = functools.partial(_broker_ready, self.admin_options(), min(5.0, remaining), self.node_id)
                     if run_sync(probe):
                         return
                 except Exception as exc:  # noqa: BLE001 - any failure here just means "not yet"
@@ -612,7 +627,89 @@ class _PortTaken(Exception):
     pass
 
 
-async def _broker_ready(options: dict, timeout: float) -> bool:
+class KafkaCluster:
+    """`size` KRaft nodes on 127.0.0.1, each a broker and a controller of one quorum, with the internal
+    topics replicated `size` times (at least 2 in sync): the shape a platform team runs, for the
+    tests that lose a broker. `nodes[i]` is a LocalKafka to stop, kill and start on its own; the data
+    lives under `root` until `stop()`."""
+
+    def __init__(self, root: Path, size: int = 3, heap: str = "384m") -> None:
+        self.root = Path(root).absolute()
+        # Every port picked at once: picked node by node, one node's port could be another's.
+        ports = procs.free_ports(2 * size)
+        self.nodes = [LocalKafka(data_dir=self.root / f"node-{i}", port=ports[2 * i - 2], controller_port=ports[2 * i - 1],
+                                 heap=heap, node_id=i) for i in range(1, size + 1)]
+        voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes)
+        cluster_id = _new_cluster_id()
+        for node in self.nodes:
+            node.voters, node.cluster_id, node.replication = voters, cluster_id, size
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(n.bootstrap_servers for n in self.nodes)
+
+    def node(self, node_id: int) -> LocalKafka:
+        return next(n for n in self.nodes if n.node_id == node_id)
+
+    def start(self, timeout: float = 240) -> KafkaCluster:
+        """Start every node, then wait for each: no node is ready before a majority of the quorum runs."""
+        deadline = time.monotonic() + timeout
+        libs, java = ensure_kafka_libs(), _java()
+        offsets = []
+        try:
+            for node in self.nodes:
+                node.data_dir.mkdir(parents=True, exist_ok=True)
+                offsets.append(node._launch(java, libs, deadline, detach=False))
+            for node, offset in zip(self.nodes, offsets, strict=True):
+                node._wait_ready(deadline, offset)
+                node._started(detach=False)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> KafkaCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    async def leader(self, topic: str, partition: int) -> int:
+        """The node id leading `topic`'s `partition` now."""
+        (described,) = await self._describe([topic])
+        return next(p["leader"] for p in described["partitions"] if p["partition"] == partition)
+
+    async def under_replicated(self) -> int:
+        """Partitions of every topic whose in-sync replicas are fewer than their replicas."""
+        return sum(1 for t in await self._describe(None) for p in t.get("partitions", [])
+                   if len(p.get("isr", [])) < len(p.get("replicas", [])))
+
+    async def _describe(self, names: list[str] | None, timeout: float = 30) -> list[dict]:
+        """Topics described by whichever node answers (`names` None: all), asked again while a stopped
+        node is still in the metadata."""
+        from aiokafka.admin import AIOKafkaAdminClient
+        from aiokafka.errors import KafkaError
+
+        deadline = time.monotonic() + timeout
+        while True:
+            admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers)
+            try:
+                await admin.start()
+                return await admin.describe_topics(names if names is not None else list(await admin.list_topics()))
+            except KafkaError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.5)
+            finally:
+                await admin.close()
+
+
+async def _broker_ready(options: dict, timeout: float, node_id: int = _NODE_ID) -> bool:
     from aiokafka.admin import AIOKafkaAdminClient
 
     admin = AIOKafkaAdminClient(**options, request_timeout_ms=max(1000, int(timeout * 1000)))
@@ -623,7 +720,7 @@ async def _broker_ready(options: dict, timeout: float) -> bool:
         await admin.close()
     # A broker is listed only once it has registered and been unfenced, i.e. can host partitions.
     brokers = cluster.get("brokers") or []
-    return any(b.get("node_id") == _NODE_ID for b in brokers) and cluster.get("controller_id", -1) >= 0
+    return any(b.get("node_id") == node_id for b in brokers) and cluster.get("controller_id", -1) >= 0
 
 
 def stop_pidfile(pidfile: Path, timeout: float = 30) -> bool:
