@@ -131,8 +131,8 @@ def sandbox_available() -> bool:
 @contextlib.contextmanager
 def running_stack(data: dict, run_dir: Path, bootstrap_servers: str, *, env: dict[str, str] | None = None,
                   start_timeout: float = 180):
-    """Every service of `data`'s configuration as its own process on the given broker, the gateway on a
-    free port, `env` added to each process's environment; the config is written to `stack.config_file`
+    """Every service of `data`'s configuration as its own process on the given broker, the gateway's API
+    and metrics on free ports, `env` added to each process's environment; the config is written to `stack.config_file`
     in `run_dir`. Stopped however the block ends."""
     from baton_tools.procs import free_port
     from baton_tools.stack import Stack
@@ -141,7 +141,7 @@ def running_stack(data: dict, run_dir: Path, bootstrap_servers: str, *, env: dic
     cfg = Path(run_dir) / "baton.yaml"
     cfg.write_text(yaml.safe_dump(data))
     stack = Stack(run_dir, config_file=cfg, gateway_port=free_port(), bootstrap_servers=bootstrap_servers, env=env,
-                  console_port=free_port())
+                  console_port=free_port(), gateway_metrics_port=free_port())
     stack.start(echo=lambda *_: None, timeout=start_timeout)
     try:
         yield stack
@@ -365,6 +365,15 @@ def _offsets_in_order():
 def broker_of(app):
     """The broker of a service's AsgiFastStream, or of the gateway's Starlette app."""
     return app.broker if hasattr(app, "broker") else app.state.service.broker
+
+
+async def gateway_metrics(app) -> str:
+    """The text of a gateway app's /metrics, which its metrics app serves (the API app does not)."""
+    import httpx
+
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app.state.metrics_app),
+                                 base_url="http://gw-metrics") as client:
+        return (await client.get("/metrics")).text
 
 
 async def _positioned(broker, timeout: float = 30.0) -> None:
