@@ -128,7 +128,10 @@ def serve(app, host: str, port: int, *, service: str, secrets: Iterable[str] = (
     sockets = None
     if metrics is not None:
         metrics_port, metrics_asgi = metrics
-        sockets = [uvicorn.Config(app, host=host, port=p).bind_socket() for p in (port, metrics_port)]
+        # Bound here, as uvicorn would bind `port` alone (its address family, SO_REUSEADDR); log_config=None
+        # leaves the service's logging as configure_logging set it.
+        sockets = [uvicorn.Config(app, host=host, port=p, log_level="warning", log_config=None).bind_socket()
+                   for p in (port, metrics_port)]
         asgi = _by_port(app, sockets[1].getsockname()[1], metrics_asgi)
     config = uvicorn.Config(_closing_when(lambda: server is not None and server.draining_since is not None, asgi),
                             host=host, port=port, log_level="warning", lifespan="on", loop="uvloop", http="httptools",
