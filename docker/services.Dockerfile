@@ -51,7 +51,7 @@ ENV PATH=/opt/baton/venv/bin:$PATH \
     PYTHONUNBUFFERED=1
 USER 10001:10001
 WORKDIR /tmp
-# gateway, router, synthesizer, executor, reward logger
-EXPOSE 8080 9101 9102 9103 9104
+# gateway (API, metrics), router, synthesizer, executor, reward logger
+EXPOSE 8080 9100 9101 9102 9103 9104
 # Kubernetes probes /health/live and /health/ready; no HEALTHCHECK is needed there.
 CMD ["baton-gateway"]

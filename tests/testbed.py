@@ -132,9 +132,9 @@ def sandbox_available() -> bool:
 def running_stack(data: dict, run_dir: Path, bootstrap_servers: str | None, *, env: dict[str, str] | None = None,
                   start_timeout: float = 180, secure: bool = False):
     """Every service of `data`'s configuration as its own process on the given broker (or, with
-    `secure`, on a SASL_SSL broker with ACLs of the stack's own), the gateway on a free port, `env` added
-    to each process's environment; the config is written to `stack.config_file` in `run_dir`. Stopped
-    however the block ends."""
+    `secure`, on a SASL_SSL broker with ACLs of the stack's own), the gateway's API and metrics on free
+    ports, `env` added to each process's environment; the config is written to `stack.config_file` in
+    `run_dir`. Stopped however the block ends."""
     from baton_tools.procs import free_port
     from baton_tools.stack import Stack
 
@@ -142,7 +142,7 @@ def running_stack(data: dict, run_dir: Path, bootstrap_servers: str | None, *, e
     cfg = Path(run_dir) / "baton.yaml"
     cfg.write_text(yaml.safe_dump(data))
     stack = Stack(run_dir, config_file=cfg, gateway_port=free_port(), bootstrap_servers=bootstrap_servers, env=env,
-                  console_port=free_port(), secure=secure)
+                  console_port=free_port(), gateway_metrics_port=free_port(), secure=secure)
     stack.start(echo=lambda *_: None, timeout=start_timeout)
     try:
         yield stack
@@ -366,6 +366,15 @@ def _offsets_in_order():
 def broker_of(app):
     """The broker of a service's AsgiFastStream, or of the gateway's Starlette app."""
     return app.broker if hasattr(app, "broker") else app.state.service.broker
+
+
+async def gateway_metrics(app) -> str:
+    """The text of a gateway app's /metrics, which its metrics app serves (the API app does not)."""
+    import httpx
+
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app.state.metrics_app),
+                                 base_url="http://gw-metrics") as client:
+        return (await client.get("/metrics")).text
 
 
 async def _positioned(broker, timeout: float = 30.0) -> None:

@@ -137,9 +137,12 @@ def test_services_run_their_console_script_with_health_probes_on_their_port(valu
     for d in by_kind(objects, "Deployment"):
         c = container(d)
         assert c["command"] == [SERVICE_COMMANDS[c["name"]]]
-        (port,) = c["ports"]
+        port, *more = c["ports"]
         assert port["name"] == "http"
         assert port["containerPort"] == ports[c["name"]], f"{d['metadata']['name']} listens where the config does not"
+        # The gateway alone serves /metrics apart from its API; the others serve it on `http`.
+        expected = [{"name": "metrics", "containerPort": config["gateway"]["metrics_port"], "protocol": "TCP"}]
+        assert more == (expected if c["name"] == "gateway" else [])
         assert c["livenessProbe"]["httpGet"] == {"path": "/health/live", "port": "http"}
         assert c["readinessProbe"]["httpGet"] == {"path": "/health/ready", "port": "http"}
 
@@ -261,14 +264,16 @@ def test_the_console_reads_the_refusals_from_the_gateway_service_or_the_promethe
     (console,) = [d for d in by_kind(objects, "Deployment") if container(d)["name"] == "console"]
     (gateway,) = [s for s in by_kind(objects, "Service") if s["metadata"]["labels"]["app.kubernetes.io/component"] == "gateway"]
     url = env_of(container(console))["BATON_CONSOLE__GATEWAY_METRICS_URL"]["value"]
-    assert url == f"http://{gateway['metadata']['name']}.{gateway['metadata']['namespace']}.svc:" \
-                  f"{gateway['spec']['ports'][0]['port']}/metrics"
+    (metrics_port,) = [p["port"] for p in gateway["spec"]["ports"] if p["name"] == "metrics"]
+    assert url == f"http://{gateway['metadata']['name']}.{gateway['metadata']['namespace']}.svc:{metrics_port}/metrics"
     console_pods = pod_labels(console)
     policies = {p["metadata"]["labels"]["app.kubernetes.io/component"]: p["spec"] for p in by_kind(objects, "NetworkPolicy")}
-    admitted = [peer["podSelector"]["matchLabels"] for peer in policies["gateway"]["ingress"][0]["from"] if "podSelector" in peer]
+    (metrics_rule,) = [r for r in policies["gateway"]["ingress"] if r["ports"][0]["port"] == "metrics"]
+    admitted = [peer["podSelector"]["matchLabels"] for peer in metrics_rule["from"] if "podSelector" in peer]
     assert any(labels.items() <= console_pods.items() for labels in admitted), "the gateway admits the console"
     assert policies["console"]["podSelector"]["matchLabels"].items() <= console_pods.items()
     assert policies["console"]["egress"][0]["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "gateway"
+    assert policies["console"]["egress"][0]["ports"] == [{"port": "metrics", "protocol": "TCP"}]
     with_prometheus = render((THREE,), sets=("console.enabled=true", "console.prometheusUrl=http://prometheus:9090"))
     (console,) = [d for d in by_kind(with_prometheus, "Deployment") if container(d)["name"] == "console"]
     env = env_of(container(console))

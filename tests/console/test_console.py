@@ -252,9 +252,10 @@ def test_a_source_that_cannot_be_read_leaves_the_page_saying_why(dataset):
 
 
 def test_the_gateway_read_by_default_is_the_configured_one():
+    """Its metrics port, not its API port, which does not serve /metrics."""
     data = default_config_data()
-    data["gateway"] = {"host": "0.0.0.0", "port": 8181, "auth": "keys"}
-    assert RefusalSource.of(BatonConfig(**data)).url == "http://127.0.0.1:8181/metrics"
+    data["gateway"] = {"host": "0.0.0.0", "port": 8181, "metrics_port": 9181, "auth": "keys"}
+    assert RefusalSource.of(BatonConfig(**data)).url == "http://127.0.0.1:9181/metrics"
     with pytest.raises(ValueError, match="Prometheus duration"):
         BatonConfig(**{**data, "console": {"refusals_window": "24 hours"}})
 

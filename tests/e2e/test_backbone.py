@@ -185,8 +185,11 @@ def test_models_and_bad_requests(stack, client):
     big = httpx.post(stack.base_url + "/chat/completions", content=b"x" * 1_100_000,
                      headers={"content-type": "application/json", "authorization": f"Bearer {CALLER_KEY}"})
     assert big.status_code == 413 and "larger than" in big.json()["error"]["message"]
-    for path in ("/health/live", "/health/ready", "/metrics"):
+    for path in ("/health/live", "/health/ready"):
         assert httpx.get(stack.base_url.removesuffix("/v1") + path).status_code == 200
+    # Every tenant's spend is on the metrics port only, never where the API (and an Ingress) is.
+    assert httpx.get(stack.base_url.removesuffix("/v1") + "/metrics").status_code == 404
+    assert httpx.get(stack.gateway_metrics_url).status_code == 200
 
 
 def test_an_idle_client_connection_outlives_the_clients_own_expiry(stack):
@@ -356,7 +359,7 @@ def test_every_metric_the_dashboard_and_alerts_name_is_exported(stack, client):
     for svc in stack.services:
         if svc.argv is not None:
             continue  # a model server, not a Baton service
-        text = httpx.get(f"http://127.0.0.1:{svc.port}/metrics", timeout=10).text
+        text = httpx.get(svc.metrics_url, timeout=10).text
         for line in text.splitlines():
             if line.startswith("# TYPE "):
                 _, _, name, kind = line.split()

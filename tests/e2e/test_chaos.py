@@ -243,7 +243,8 @@ def test_every_process_and_the_broker_killed_in_turn_under_load(tmp_path):
     kafka = LocalKafka(data_dir=tmp_path / "kafka", log_file=tmp_path / "kafka.log")
     kafka.start()
     stack = Stack(tmp_path / "run", config_file=chaos_config(tmp_path, kafka.bootstrap_servers),
-                  gateway_port=free_port(), bootstrap_servers=kafka.bootstrap_servers, console_port=free_port())
+                  gateway_port=free_port(), bootstrap_servers=kafka.bootstrap_servers, console_port=free_port(),
+                  gateway_metrics_port=free_port())
     load = None
     recovery: dict[str, float | None] = {}
     try:

@@ -142,7 +142,7 @@ def test_the_tenants_page_draws_the_requests_the_gateway_refused(served, signed_
     assert chart.find_element(By.TAG_NAME, "svg").size["width"] > 300
     assert {e.text for e in chart.find_elements(By.CSS_SELECTOR, "text.legend")} == {"rate limit", "other rejections"}
     source = signed_in.find_element(By.ID, "refusals-source").text
-    assert source.startswith(f"Read from http://127.0.0.1:{served.gateway_port}/metrics, since the gateway started")
+    assert source.startswith(f"Read from {served.gateway_metrics_url}, since the gateway started")
     shot(signed_in, "tenants-refusals")
 
 

@@ -245,7 +245,7 @@ def test_after_the_fuzz_the_stack_answers_and_no_key_shows_anywhere(stack):
     ep = wait_for(lambda: episode_of(stack.dataset_dir, request_id))
     assert ep is not None and ep["answer"] == raw.parse().choices[0].message.content
     assert ep["tenant"] == "fuzz"
-    metrics = httpx.get(stack.base_url.removesuffix("/v1") + "/metrics").text
+    metrics = httpx.get(stack.gateway_metrics_url).text
     assert 'baton_gateway_tenant_requests_total{outcome="answered",tenant="fuzz"}' in metrics
     assert 'baton_gateway_tenant_cost_usd_total{tenant="broke"}' in metrics
 

@@ -99,7 +99,7 @@ def test_a_fallback_that_changes_a_streamed_answer_ends_the_stream_with_an_error
 
 
 def metric(stack, name: str) -> float:
-    text = httpx.get(stack.base_url.removesuffix("/v1") + "/metrics").text
+    text = httpx.get(stack.gateway_metrics_url).text
     match = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
     return float(match.group(1)) if match else 0.0
 

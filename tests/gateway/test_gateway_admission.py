@@ -8,6 +8,7 @@ import asyncio
 import httpx
 import pytest
 from faststream.kafka import TestKafkaBroker
+from testbed import gateway_metrics
 
 import baton_gateway.main as gateway
 from baton_gateway.admission import Admission
@@ -71,7 +72,7 @@ async def test_a_full_replica_sheds_the_next_request_at_once_and_counts_it(write
         # Nobody answers: two requests hold both places until their deadline.
         held = [asyncio.create_task(client.post("/v1/chat/completions", json=body, timeout=30)) for _ in range(2)]
         while True:
-            metrics = (await client.get("/metrics")).text
+            metrics = await gateway_metrics(app)
             if "baton_gateway_waiting 2.0" in metrics:
                 break
             await asyncio.sleep(0.05)
@@ -80,7 +81,7 @@ async def test_a_full_replica_sheds_the_next_request_at_once_and_counts_it(write
         assert shed.status_code == 429, shed.text
         assert shed.json()["error"]["code"] == "overloaded"
         assert shed.headers["retry-after"] == "1"
-        assert "baton_gateway_shed_total 1.0" in (await client.get("/metrics")).text
+        assert "baton_gateway_shed_total 1.0" in await gateway_metrics(app)
         assert [r.status_code for r in await asyncio.gather(*held)] == [504, 504]
         # Their places are free again.
-        assert "baton_gateway_waiting 0.0" in (await client.get("/metrics")).text
+        assert "baton_gateway_waiting 0.0" in await gateway_metrics(app)

@@ -12,7 +12,7 @@ import time
 
 import httpx
 import pytest
-from testbed import header
+from testbed import gateway_metrics, header
 
 import baton_gateway.main as gateway
 from baton.v1 import common_pb2, requests_pb2, responses_pb2
@@ -114,7 +114,7 @@ async def test_a_reply_that_does_not_decode_is_dead_lettered_and_counted(bus, ga
         # Counted once the broker acknowledged the letter, which a reader may see a moment sooner.
         counted = 'baton_dlq_messages_total{topic="baton.responses"} 1.0'
         for _ in range(100):
-            metrics = (await client.get("/metrics")).text
+            metrics = await gateway_metrics(app)
             if counted in metrics:
                 break
             await asyncio.sleep(0.05)

@@ -1,4 +1,9 @@
-{{/* Egress rules when networkPolicy.restrictEgress is on: DNS, Kafka, the collector and HTTPS. */}}
+{{/*
+Egress rules of every Baton pod when networkPolicy.restrictEgress is on: DNS, Kafka and the collector,
+then networkPolicy.extraEgress. No HTTPS: only the executors reach the internet, on 443, by a policy of
+their own (networkpolicy-executors.yaml); anything else a pod must reach (a remote conductor, an object
+store, Prometheus) is an extraEgress rule.
+*/}}
 {{- define "baton.networkPolicy.egress" -}}
 {{- $n := .Values.networkPolicy -}}
 - ports:
@@ -22,10 +27,6 @@
     - port: 4318
       protocol: TCP
 {{- end }}
-# Provider APIs (executors), model downloads (router) and object storage are HTTPS.
-- ports:
-    - port: 443
-      protocol: TCP
 {{- with $n.extraEgress }}
 {{ toYaml . }}
 {{- end }}

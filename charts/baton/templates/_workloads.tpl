@@ -7,6 +7,8 @@ executorDefaults with its `executors` entry merged over them) plus:
   component   app.kubernetes.io/component, and the suffix of its resources' names
   name, command, port (config.<section>.port), labels (extra, on every resource of it)
   identity    the name of its Kafka identity, `baton-<service>` (baton.kafkaUser)
+  metricsPort the gateway's config.gateway.metrics_port, where it serves /metrics (0 elsewhere: the
+              others serve /metrics on `port`)
   hpa         a CPU HorizontalPodAutoscaler is rendered; autoscaled: replicas are left to an autoscaler
   maxReplicas the most replicas it may run, checked against config.kafka.partitions
 */}}
@@ -33,6 +35,10 @@ executorDefaults with its `executors` entry merged over them) plus:
 {{- $_ := set $w "name" (include "baton.componentName" (dict "root" $ "component" $w.component)) -}}
 {{- $_ := set $w "command" (printf "baton-%s" $w.container) -}}
 {{- $_ := set $w "port" (required (printf "config.%s.port is required: the chart serves it" $w.section) (get (get $v.config $w.section | default dict) "port")) -}}
+{{- $_ := set $w "metricsPort" 0 -}}
+{{- if eq $w.kind "gateway" -}}
+{{- $_ := set $w "metricsPort" (required "config.gateway.metrics_port is required: the chart serves the gateway's /metrics there" $v.config.gateway.metrics_port) -}}
+{{- end -}}
 {{- $keda := and (eq $w.kind "executor") $v.keda.enabled -}}
 {{- $hpa := and (dig "autoscaling" "enabled" false $w) (not $keda) -}}
 {{- $_ := set $w "hpa" $hpa -}}
@@ -81,7 +87,7 @@ env:
 {{/*
 The console reads the episode volume, read-only, and the gateway's key hashes (admin keys); it reads
 the gateway's refusals from console.prometheusUrl, else (unless config.console names a source) from
-the gateway Service's /metrics.
+the /metrics of the gateway Service's `metrics` port.
 */}}
 {{- define "baton.console.pod" -}}
 {{- $root := .root -}}
@@ -97,7 +103,7 @@ env:
     value: {{ $root.Values.console.prometheusUrl | quote }}
   {{- else if not (or $cc.prometheus_url $cc.gateway_metrics_url) }}
   - name: BATON_CONSOLE__GATEWAY_METRICS_URL
-    value: {{ printf "http://%s.%s.svc:%v/metrics" (include "baton.componentName" (dict "root" $root "component" "gateway")) $root.Release.Namespace (dig "service" "port" $c.port $root.Values.gateway) | quote }}
+    value: {{ printf "http://%s.%s.svc:%v/metrics" (include "baton.componentName" (dict "root" $root "component" "gateway")) $root.Release.Namespace $c.metrics_port | quote }}
   {{- end }}
 {{- if $mount }}
 volumeMounts:

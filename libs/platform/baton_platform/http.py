@@ -8,8 +8,10 @@ from collections.abc import Awaitable, Callable, Iterable
 
 import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from baton_platform.logs import configure_logging
 
@@ -88,21 +90,51 @@ def _closing_when(draining: Callable[[], bool], app):
     return asgi
 
 
+def _by_port(app, metrics_port: int, metrics_app):
+    """`app`, except that HTTP requests that arrived on `metrics_port` go to `metrics_app`; lifespan
+    events go to `app` only."""
+
+    async def asgi(scope, receive, send):
+        server = scope.get("server")
+        if scope["type"] == "http" and server is not None and server[1] == metrics_port:
+            return await metrics_app(scope, receive, send)
+        return await app(scope, receive, send)
+
+    return asgi
+
+
+def metrics_app(registry: CollectorRegistry):
+    """An app that serves only /metrics (GET): a service's metrics on a port of their own."""
+    return Starlette(routes=[Route("/metrics", metrics_endpoint(registry), methods=["GET"])])
+
+
 def serve(app, host: str, port: int, *, service: str, secrets: Iterable[str] = (), drain_s: float = 0.0,
-          keep_alive_s: int = 5) -> None:
+          keep_alive_s: int = 5, metrics: tuple[int, object] | None = None) -> None:
     """Run an ASGI app until SIGTERM/SIGINT; uvicorn drives the app's lifespan (broker start/stop).
 
     With `drain_s`, the signal starts that many seconds of serving on, each response closing its
     connection: a client's keep-alive connection then ends after an answer, where it reconnects to
     another replica, instead of being cut while idle, where a request it sends at that moment is lost.
     `keep_alive_s` is how long an idle connection stays open (uvicorn's default is 5 s). Logs are
-    `service`'s, with `secrets` masked (baton_platform.logs)."""
+    `service`'s, with `secrets` masked (baton_platform.logs).
+
+    `metrics`, a (port, app) pair, is served by the same server on that port of `host` (and only there):
+    metrics that must not be reachable where the API is, e.g. behind an Ingress that routes the API port."""
     configure_logging(service, secrets)
     server: _Server | None = None
     # uvloop and httptools: per-message loop work (timers, futures, socket reads) and HTTP parsing are
     # a large share of every service's CPU, and these do them in C.
-    config = uvicorn.Config(_closing_when(lambda: server is not None and server.draining_since is not None, app),
+    asgi = app
+    sockets = None
+    if metrics is not None:
+        metrics_port, metrics_asgi = metrics
+        # Bound here, as uvicorn would bind `port` alone (its address family, SO_REUSEADDR); log_config=None
+        # leaves the service's logging as configure_logging set it.
+        sockets = [uvicorn.Config(app, host=host, port=p, log_level="warning", log_config=None).bind_socket()
+                   for p in (port, metrics_port)]
+        asgi = _by_port(app, sockets[1].getsockname()[1], metrics_asgi)
+    config = uvicorn.Config(_closing_when(lambda: server is not None and server.draining_since is not None, asgi),
                             host=host, port=port, log_level="warning", lifespan="on", loop="uvloop", http="httptools",
                             timeout_keep_alive=keep_alive_s, log_config=None)
     server = _Server(config, drain_s)
-    server.run()
+    server.run(sockets=sockets)

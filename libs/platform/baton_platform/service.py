@@ -13,13 +13,21 @@ from google.protobuf.message import Message
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Tracer
 from prometheus_client import CollectorRegistry, Counter
+from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route, request_response
 
 from baton_platform.config import KafkaConfig
 from baton_platform.consumer import Consumer, DeadLetters, Publisher
-from baton_platform.http import ReadyCheck, broker_ready, live_endpoint, metrics_endpoint, ready_endpoint
+from baton_platform.http import (
+    ReadyCheck,
+    broker_ready,
+    live_endpoint,
+    metrics_app,
+    metrics_endpoint,
+    ready_endpoint,
+)
 from baton_platform.kafka import make_broker
 from baton_platform.telemetry import setup_tracing
 
@@ -86,9 +94,15 @@ class Service:
             on_shutdown=self._on_shutdown(on_shutdown),
         )
 
-    def http_routes(self, *, ready_checks: Sequence[ReadyCheck] = ()) -> list[Route]:
-        """/health/live, /health/ready and /metrics (GET) for a service that serves its own Starlette app."""
-        return [Route(path, endpoint, methods=["GET"]) for path, endpoint in self._endpoints(ready_checks)]
+    def http_routes(self, *, ready_checks: Sequence[ReadyCheck] = (), metrics: bool = True) -> list[Route]:
+        """/health/live, /health/ready and /metrics (GET) for a service that serves its own Starlette app;
+        without `metrics`, /metrics is left to `metrics_app` on a port of its own."""
+        return [Route(path, endpoint, methods=["GET"]) for path, endpoint in self._endpoints(ready_checks)
+                if metrics or path != "/metrics"]
+
+    def metrics_app(self) -> Starlette:
+        """An app serving only this service's /metrics, for a port apart from its API's."""
+        return metrics_app(self.registry)
 
     def lifespan(self, *, after_startup: Sequence[Hook] = (), on_shutdown: Sequence[Hook] = ()):
         """A Starlette lifespan that starts and stops the broker and the consumers in `asgi_app`'s order

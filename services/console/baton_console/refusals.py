@@ -36,11 +36,12 @@ def shown_url(url: str) -> str:
 
 
 def gateway_metrics_url(config: BatonConfig) -> str:
-    """The configured gateway's /metrics; an address it listens on every interface of is read on loopback."""
+    """The configured gateway's /metrics (on gateway.metrics_port, apart from its API); an address it listens on
+    every interface of is read on loopback."""
     host = config.gateway.host
     host = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
     host = f"[{host}]" if ":" in host else host
-    return f"http://{host}:{config.gateway.port}/metrics"
+    return f"http://{host}:{config.gateway.metrics_port}/metrics"
 
 
 @dataclass

@@ -79,12 +79,14 @@ def create_app(config: BatonConfig, tracer_provider: TracerProvider | None = Non
     batches, runner = batch_api(config, service, api, responses, replies, file_store, tracer)
     tables = (keys.table, store.table, batches.table)
     app = Starlette(routes=[*api.routes(), *responses.routes(), *files.routes(), *batches.routes(),
-                            *service.http_routes(ready_checks=[replies_ready, spend_ready])],
+                            *service.http_routes(ready_checks=[replies_ready, spend_ready], metrics=False)],
                     lifespan=service.lifespan(after_startup=[*(t.start for t in tables), ledger.start, runner.start],
                                               on_shutdown=[runner.stop, handover.stop, ledger.stop,
                                                            *(t.stop for t in tables)]),
                     exception_handlers=EXCEPTION_HANDLERS)
     app.state.service = service  # its broker, for tests and the AsyncAPI document
+    # /metrics (every tenant's spend) is served on gateway.metrics_port only, never where the API is.
+    app.state.metrics_app = service.metrics_app()
     return app
 
 
@@ -96,7 +98,7 @@ def run() -> None:
         raise SystemExit(f"baton-gateway: {e}") from None
     serve(app, config.gateway.host, config.gateway.port, service=SERVICE_NAME, secrets=config.secrets(),
           drain_s=config.gateway.shutdown_drain_s,
-          keep_alive_s=config.gateway.keep_alive_s)
+          keep_alive_s=config.gateway.keep_alive_s, metrics=(config.gateway.metrics_port, app.state.metrics_app))
 
 
 if __name__ == "__main__":

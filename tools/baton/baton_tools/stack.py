@@ -48,21 +48,28 @@ class ServiceProc:
     start_timeout_s: float | None = None
     # A Baton module run by another interpreter than ours (the router in the vLLM environment).
     python: str | None = None
+    # Where its /metrics are when not on `port` (the gateway's, on gateway.metrics_port).
+    metrics_port: int | None = None
 
     @property
     def ready_url(self) -> str:
         return f"http://127.0.0.1:{self.port}{self.ready_path}"
 
     @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port or self.port}/metrics"
+
+    @property
     def command(self) -> list[str]:
         return self.argv or [self.python or sys.executable, "-m", self.module, *self.args]
 
 
-def plan_services(config: BatonConfig, gateway_port: int, console_port: int,
+def plan_services(config: BatonConfig, gateway_port: int, console_port: int, gateway_metrics_port: int | None = None,
                   pick_port=procs.free_port) -> list[ServiceProc]:
     """One process per service; one executor per provider in use, times its `replicas`."""
     procs = [
-        ServiceProc("gateway", "baton_gateway.main", gateway_port),
+        ServiceProc("gateway", "baton_gateway.main", gateway_port,
+                    metrics_port=gateway_metrics_port or config.gateway.metrics_port),
         ServiceProc("console", "baton_console.main", console_port),
         ServiceProc("router", "baton_router.main", pick_port()),
         ServiceProc("synthesizer", "baton_synthesizer.main", pick_port()),
@@ -111,12 +118,16 @@ def plan_model_servers(config: BatonConfig, echo=print) -> list[ServiceProc]:
 class Stack:
     def __init__(self, run_dir: Path, *, config_file: Path | None = None, gateway_port: int | None = None,
                  bootstrap_servers: str | None = None, env: dict[str, str] | None = None,
-                 dataset_dir: Path | None = None, console_port: int | None = None, secure: bool = False) -> None:
+                 dataset_dir: Path | None = None, console_port: int | None = None,
+                 gateway_metrics_port: int | None = None, secure: bool = False) -> None:
         self.run_dir = Path(run_dir).resolve()
         self.config_file = Path(config_file or config_path()).resolve()
         self.config = load_config(self.config_file)
         self.gateway_port = gateway_port if gateway_port is not None else self.config.gateway.port
         self.console_port = console_port if console_port is not None else self.config.console.port
+        # The gateway's /metrics are on a port of their own (gateway.metrics_port), apart from its API.
+        self.gateway_metrics_port = (gateway_metrics_port if gateway_metrics_port is not None
+                                     else self.config.gateway.metrics_port)
         self.bootstrap_servers = bootstrap_servers or os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or None
         self.extra_env = env or {}
         # Secured bus: the stack's broker runs SASL_SSL with ACLs, and each service connects as itself.
@@ -139,6 +150,10 @@ class Stack:
         return f"http://127.0.0.1:{self.gateway_port}/v1"
 
     @property
+    def gateway_metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.gateway_metrics_port}/metrics"
+
+    @property
     def console_url(self) -> str:
         return f"http://127.0.0.1:{self.console_port}"
 
@@ -152,6 +167,9 @@ class Stack:
             # stack's readiness checks and clients while this one's gateway failed to bind.
             raise RuntimeError(f"port {self.gateway_port} (gateway.port) is already in use: stop what listens there "
                                "(`make down`, `make k8s-down`) or choose another port")
+        if procs.port_open(self.gateway_metrics_port):
+            raise RuntimeError(f"port {self.gateway_metrics_port} (gateway.metrics_port) is already in use: stop what "
+                               "listens there (`make down`, `make k8s-down`) or choose another port")
         try:
             # Model servers first: they take longest to be ready (importing vLLM alone takes a minute).
             self.services = plan_model_servers(self.config, echo)
@@ -168,7 +186,7 @@ class Stack:
                 self.kafka.start(timeout=timeout, detach=detach)
                 self.bootstrap_servers = self.kafka.bootstrap_servers
             self._prepare_bus()
-            services = plan_services(self.config, self.gateway_port, self.console_port)
+            services = plan_services(self.config, self.gateway_port, self.console_port, self.gateway_metrics_port)
             if self.config.conductor.backend == "vllm":
                 run_router_on_vllm(next(s for s in services if s.name == "router"), echo)
             self.services += services
@@ -201,6 +219,7 @@ class Stack:
             "BATON_CONFIG": str(self.config_file),
             "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers or "",
             "BATON_GATEWAY__PORT": str(self.gateway_port),
+            "BATON_GATEWAY__METRICS_PORT": str(self.gateway_metrics_port),
             "BATON_CONSOLE__PORT": str(self.console_port),
             "BATON_REWARD_LOGGER__DATASET_DIR": str(self.dataset_dir),
             "PYTHONUNBUFFERED": "1",
@@ -245,6 +264,7 @@ class Stack:
             "config_file": str(self.config_file),
             "dataset_dir": str(self.dataset_dir),
             "gateway_port": self.gateway_port,
+            "gateway_metrics_port": self.gateway_metrics_port,
             "console_port": self.console_port,
             "secure": self.security is not None,
             "services": [asdict(s) for s in self.services],
@@ -289,7 +309,7 @@ class Stack:
         state = json.loads(state_file.read_text())
         stack = cls(run_dir, config_file=Path(state["config_file"]) if state.get("config_file") else None,
                     gateway_port=state["gateway_port"], bootstrap_servers=state["bootstrap_servers"],
-                    console_port=state.get("console_port"),
+                    console_port=state.get("console_port"), gateway_metrics_port=state.get("gateway_metrics_port"),
                     dataset_dir=Path(state["dataset_dir"]) if state.get("dataset_dir") else None)
         stack.services = [ServiceProc(**s) for s in state["services"]]
         if state.get("secure"):

@@ -139,7 +139,8 @@ def run_train_demo(run_dir: Path, n_train: int = 500, n_fresh: int = 200, out=pr
     cfg.write_text(yaml.safe_dump(demo_config(dataset, run_dir / "data")))
     train_rows, fresh_rows = questions(dataset)
     train_rows, fresh_rows = train_rows[:n_train], fresh_rows[:n_fresh]
-    stack = Stack(run_dir / "stack", config_file=cfg, gateway_port=free_port(), console_port=free_port())
+    stack = Stack(run_dir / "stack", config_file=cfg, gateway_port=free_port(), console_port=free_port(),
+                  gateway_metrics_port=free_port())
     stack.start(echo=lambda m: out(m))
     try:
         client = openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0, timeout=120)

@@ -5,13 +5,18 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from baton_platform.config.base import _HttpService, _Strict
 
 
 class GatewayConfig(_HttpService):
     port: int = Field(default=8080, ge=0, le=65535)
+    metrics_port: int = Field(
+        default=9100, ge=0, le=65535,
+        description="Port of the gateway's /metrics (every tenant's requests and spend), on `host` beside the API's "
+        "`port`, which does not serve it: an Ingress or load balancer in front of the API does not expose them. "
+        "0: a free port.")
     request_timeout_s: float = Field(default=120.0, gt=0)
     stored_responses_days: float = Field(
         default=30.0, gt=0,
@@ -62,6 +67,14 @@ class GatewayConfig(_HttpService):
         default="BATON_API_KEYS",
         description="Environment variable holding more key hashes, `tenant:sha256hex[:scope+scope]`, separated by "
         "commas or whitespace (how a Kubernetes Secret supplies them).")
+
+    @model_validator(mode="after")
+    def _metrics_apart(self) -> GatewayConfig:
+        # One socket cannot be both: the metrics would be on the API port again, or the gateway would not start.
+        if self.metrics_port and self.metrics_port == self.port:
+            raise ValueError(f"gateway.metrics_port must differ from gateway.port ({self.port}): /metrics is "
+                             "served apart from the API")
+        return self
 
 
 Scope = Literal["chat", "feedback", "eval", "admin"]

@@ -180,7 +180,7 @@ class ConsoleConfig(_HttpService):
     gateway_metrics_url: str | None = Field(
         default=None, pattern=r"^https?://",
         description="One gateway's /metrics, read when `prometheus_url` is unset: its refusals since it started, "
-        "that replica's only. Unset: http://{gateway.host}:{gateway.port}/metrics (127.0.0.1 for 0.0.0.0).")
+        "that replica's only. Unset: http://{gateway.host}:{gateway.metrics_port}/metrics (127.0.0.1 for 0.0.0.0).")
 
     @field_validator("refusals_window")
     @classmethod
