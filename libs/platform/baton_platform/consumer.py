@@ -258,6 +258,11 @@ class Consumer(ConsumerRebalanceListener, Generic[M]):
         consumer = self._kafka_consumer()
         return set(consumer.assignment()) if consumer is not None else set()
 
+    async def committed(self, tp: TopicPartition) -> int | None:
+        """The group's committed offset of `tp`, asked of the broker; None when none is (or in memory)."""
+        consumer = self._kafka_consumer()
+        return await consumer.committed(tp) if consumer is not None else None
+
     def partition_count(self) -> int:
         consumer = self._kafka_consumer()
         return len(consumer.partitions_for_topic(self.topic) or ()) if consumer is not None else 0
