@@ -206,8 +206,9 @@ class TopicRecorder:
             log.info("%s is incarnation %s of the topic; its files are named by it", self.topic, identity)
 
     async def compact(self) -> None:
+        await self._identify()
         if self.writer.incarnation is None:
-            return  # nothing written under this incarnation's names yet
+            return  # in memory: no partition is owned, nothing to merge
         committed = {}
         for tp in self.consumer.assignment():
             offset = await self.consumer.committed(tp)
