@@ -130,6 +130,7 @@ class DatasetWriter:
                 self._leftovers[partition] = [w for w in known if w.last > last]
                 return None
             first = records[0].offset
+            day = dt.datetime.fromtimestamp(records[0].stamp_ms / 1000, dt.UTC).date().isoformat()
         final = self._path(day, partition, first, last)
         try:
             table = pa.Table.from_pylist([r.row for r in records], schema=self.schema)

@@ -198,9 +198,9 @@ class TopicRecorder:
             await self.consumer.commit()
 
     async def _identify(self) -> None:
-        """Name files by the topic's incarnation, asked of the cluster once (on Kafka; in memory, the
-        assignment is empty and names hold none)."""
-        if self.writer.incarnation is None and self.consumer.assignment():
+        """Name files by the topic's incarnation, asked of the cluster once (on Kafka; the in-memory
+        test broker has none, and names hold none)."""
+        if self.writer.incarnation is None and self.consumer.on_kafka:
             identity = await topic_incarnation(client_options(self._kafka), self.topic)
             self.writer.identify(identity)
             log.info("%s is incarnation %s of the topic; its files are named by it", self.topic, identity)
