@@ -52,6 +52,7 @@ from testbed import MMLU_PRO, default_config_data, wait_for
 
 from baton.v1 import requests_pb2, workflow_pb2
 from baton_platform import topics
+from baton_platform.dataset import current_files
 from baton_tools.kafka import LocalKafka
 from baton_tools.procs import free_port
 from baton_tools.stack import Stack
@@ -173,9 +174,8 @@ def restart_with_the_cli(stack: Stack, name: str) -> None:
 def episodes(dataset_dir) -> Counter:
     """Rows per chaos id in the episode dataset."""
     rows: Counter = Counter()
-    for path in sorted((dataset_dir / "episodes").rglob("*.parquet")):
-        if path.name.startswith("."):
-            continue
+    paths = [str(p) for p in (dataset_dir / "episodes").rglob("*.parquet") if not p.name.startswith(".")]
+    for path in current_files(paths):  # as the shared reader: a file a merged one supersedes is not read
         for meta in pq.read_table(path, columns=["metadata_json"]).column("metadata_json").to_pylist():
             cid = json.loads(meta or "{}").get("chaos_id")
             if cid:

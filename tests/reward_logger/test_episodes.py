@@ -187,7 +187,7 @@ async def test_a_record_revoked_while_it_is_graded_is_written_once_by_the_next_r
                 blocks=lambda response: True)  # graded: made in a thread
     rows = []
     sink.writer = SimpleNamespace(write=lambda partition, records: rows.extend(r.offset for r in records),
-                                  forget=lambda partition: None)
+                                  forget=lambda partition: None, incarnation="cluster/topic")
 
     def message(offset):
         body = responses_pb2.Response(request_id=f"r{offset}").SerializeToString()

@@ -52,3 +52,24 @@ def test_the_trainer_reads_episodes_from_s3(s3_url):
     w.write(1, [record(o, 1) for o in range(3)])
     assert count_episodes(f"{s3_url}/data/episodes") == 3
     assert sorted(r["query"] for r in read_episodes(f"{s3_url}/data")) == ["question 0", "question 1", "question 2"]
+
+
+def test_compaction_on_s3_keeps_each_episode_once_through_a_re_read(s3_url):
+    import collections
+
+    from baton_platform.dataset import open_dataset
+
+    root = f"{s3_url}/baton/data/episodes"
+    w = DatasetWriter(root, "baton.responses", EPISODE_SCHEMA, "cluster/topic")
+    for start in range(0, 8, 2):
+        w.write(0, [record(o) for o in range(start, start + 2)])
+    (merged,) = w.compact({0: 6}, target_bytes=10_000_000)
+    assert merged.endswith("-p0-000000000000-000000000005.parquet")
+    again = DatasetWriter(root, "baton.responses", EPISODE_SCHEMA, "cluster/topic")
+    again.fs = S3FileSystem(skip_instance_cache=True)  # another replica's client
+    again.write(0, [record(o) for o in range(4, 10)])  # a re-read from inside the merged file
+    assert [k.split("-p0-")[1] for k in keys(again.fs, root)] == ["000000000000-000000000005.parquet",
+                                                                  "000000000006-000000000009.parquet"]
+    seen = collections.Counter(open_dataset(root).to_table(columns=["request_id"]).column("request_id").to_pylist())
+    assert seen == {f"r{i}": 1 for i in range(10)}
+    assert count_episodes(root) == 10

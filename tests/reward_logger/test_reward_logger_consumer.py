@@ -130,3 +130,32 @@ async def test_a_full_disk_loses_no_episode_and_says_so_until_space_returns(kafk
         assert (await http.get("/health/ready")).status_code == 200 and await unwritable() == 0
     found = [r for r in dataset_rows(f"{small_disk.root}/episodes") if r["request_id"] in ids]
     assert sorted(r["request_id"] for r in found) == sorted(ids), "every response once, none twice"
+
+
+# Real broker only: files are named by the topic's incarnation, and the next instance merges what the
+# first one wrote and committed.
+async def test_committed_files_are_merged_and_each_response_stays_once(kafka_bootstrap, write_config, tmp_path):
+    from baton_platform.kafka import topic_incarnation
+    from baton_reward_logger.episodes import incarnation_tag
+
+    await ensure_topics(kafka_bootstrap)
+    root = str(tmp_path / "data")
+    section = {**reward_logger_section(root), "flush_every": 1}
+    ids = [uuid.uuid4().hex for _ in range(4)]
+    for rid in ids:
+        await publish(kafka_bootstrap, topics.RESPONSES, rid, response(rid), partition=0)
+    async with TestApp(create_app(config_for(write_config, kafka_bootstrap, reward_logger=section),
+                                  tracer_provider=tracer())):
+        assert len(await wait_rows(f"{root}/episodes", set(ids))) == 4
+    tag = incarnation_tag(await topic_incarnation({"bootstrap_servers": kafka_bootstrap}, topics.RESPONSES))
+    day = tmp_path / "data" / "episodes" / "date=2025-11-24"
+    ours = sorted(day.glob(f"{topics.RESPONSES}-{tag}-p0-*.parquet"))
+    assert len(ours) >= 4, "one file per response, named by the incarnation"
+    compacting = config_for(write_config, kafka_bootstrap, reward_logger={**section, "compact_interval_s": 0.5})
+    async with TestApp(create_app(compacting, tracer_provider=tracer())):
+        deadline = time.monotonic() + 20
+        while len(list(day.glob(f"{topics.RESPONSES}-{tag}-p0-*.parquet"))) > 1 and time.monotonic() < deadline:
+            await settle(0.3)
+    assert len(list(day.glob(f"{topics.RESPONSES}-{tag}-p0-*.parquet"))) == 1, "merged into one file"
+    found = [r for r in dataset_rows(f"{root}/episodes") if r["request_id"] in ids]
+    assert sorted(r["request_id"] for r in found) == sorted(ids), "every response once, none twice"

@@ -258,6 +258,16 @@ class Consumer(ConsumerRebalanceListener, Generic[M]):
         consumer = self._kafka_consumer()
         return set(consumer.assignment()) if consumer is not None else set()
 
+    @property
+    def on_kafka(self) -> bool:
+        """Whether this subscription reads a running broker (not the in-memory test broker)."""
+        return self._kafka_consumer() is not None
+
+    async def committed(self, tp: TopicPartition) -> int | None:
+        """The group's committed offset of `tp`, asked of the broker; None when none is (or in memory)."""
+        consumer = self._kafka_consumer()
+        return await consumer.committed(tp) if consumer is not None else None
+
     def partition_count(self) -> int:
         consumer = self._kafka_consumer()
         return len(consumer.partitions_for_topic(self.topic) or ()) if consumer is not None else 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import posixpath
+import re
 from dataclasses import dataclass
 
 import fsspec
@@ -27,13 +28,41 @@ def locate(root: str | os.PathLike) -> tuple[fsspec.AbstractFileSystem, str]:
     return fsspec.core.url_to_fs(os.fspath(root))
 
 
+# A file's name: `<topic>[-<incarnation>]-p<partition>-<first offset>-<last offset>.parquet`.
+_FILE_NAME = re.compile(r"(.+)-p(\d+)-(\d+)-(\d+)\.parquet")
+
+
+def current_files(paths: list[str]) -> list[str]:
+    """`paths` without the files another one supersedes: one whose offsets lie inside another's of the
+    same folder, topic, incarnation and partition. The reward logger writes a merged or replacing file
+    before it deletes the files it replaces, so for a moment (or, after a crash, until its next
+    compaction) both exist; a reader keeps the wider one and sees each record once."""
+    ranges: dict[tuple[str, str, int], list[tuple[int, int, str]]] = {}
+    kept = []
+    for p in paths:
+        found = _FILE_NAME.fullmatch(posixpath.basename(p))
+        if found is None:
+            kept.append(p)
+            continue
+        stem, partition, first, last = found.groups()
+        ranges.setdefault((posixpath.dirname(p), stem, int(partition)), []).append((int(first), -int(last), p))
+    for files in ranges.values():
+        widest = -1
+        for _first, minus_last, p in sorted(files):
+            if -minus_last > widest:
+                kept.append(p)
+                widest = -minus_last
+    return sorted(kept)
+
+
 def open_dataset(root: str | os.PathLike) -> ds.Dataset | None:
-    """The hive-partitioned (date=...) Parquet files under `root`; None while there are none."""
+    """The hive-partitioned (date=...) Parquet files under `root`, but those another supersedes
+    (`current_files`); None while there are none."""
     fs, path = locate(root)
     # One listing, handed to pyarrow, instead of a second discovery walk (each is a LIST on S3).
     # A name starting with "." is a file the reward logger is still writing on a local disk.
-    files = sorted(p for p in fs.find(path)
-                   if p.endswith(".parquet") and not posixpath.basename(p).startswith((".", "_")))
+    files = current_files([p for p in fs.find(path)
+                           if p.endswith(".parquet") and not posixpath.basename(p).startswith((".", "_"))])
     if not files:
         return None
     return ds.dataset(files, filesystem=fs, format="parquet", partitioning="hive", partition_base_dir=path)

@@ -144,3 +144,96 @@ async def read_since(probe, parts: list, since_ms: int):
         for tp in list(remaining):
             if await probe.position(tp) >= ends[tp]:
                 remaining.discard(tp)
+
+
+def _metadata_v10():
+    """Kafka's Metadata request and response at version 10, the first to carry topic ids (KIP-516),
+    which aiokafka's own Metadata request (up to version 5) does not ask for."""
+    from io import BytesIO
+
+    from aiokafka.protocol.api import Request, RequestStruct, Response
+    from aiokafka.protocol.types import (
+        AbstractType,
+        Boolean,
+        CompactArray,
+        CompactString,
+        Int16,
+        Int32,
+        Schema,
+        TaggedFields,
+    )
+
+    class Uuid(AbstractType[bytes]):
+        @classmethod
+        def encode(cls, value: bytes) -> bytes:
+            return value
+
+        @classmethod
+        def decode(cls, data: BytesIO) -> bytes:
+            return data.read(16)
+
+    class MetadataResponse_v10(Response):
+        API_KEY = 3
+        API_VERSION = 10
+        SCHEMA = Schema(
+            ("throttle_time_ms", Int32),
+            ("brokers", CompactArray(("node_id", Int32), ("host", CompactString("utf-8")), ("port", Int32),
+                                     ("rack", CompactString("utf-8")), ("tags", TaggedFields))),
+            ("cluster_id", CompactString("utf-8")),
+            ("controller_id", Int32),
+            ("topics", CompactArray(
+                ("error_code", Int16), ("name", CompactString("utf-8")), ("topic_id", Uuid), ("is_internal", Boolean),
+                ("partitions", CompactArray(
+                    ("error_code", Int16), ("partition_index", Int32), ("leader_id", Int32), ("leader_epoch", Int32),
+                    ("replica_nodes", CompactArray(Int32)), ("isr_nodes", CompactArray(Int32)),
+                    ("offline_replicas", CompactArray(Int32)), ("tags", TaggedFields))),
+                ("topic_authorized_operations", Int32), ("tags", TaggedFields))),
+            ("cluster_authorized_operations", Int32),
+            ("tags", TaggedFields),
+        )
+
+    class MetadataRequest_v10(RequestStruct):
+        FLEXIBLE_VERSION = True
+        API_KEY = 3
+        API_VERSION = 10
+        RESPONSE_TYPE = MetadataResponse_v10
+        SCHEMA = Schema(
+            ("topics", CompactArray(("topic_id", Uuid), ("name", CompactString("utf-8")), ("tags", TaggedFields))),
+            ("allow_auto_topic_creation", Boolean),
+            ("include_cluster_authorized_operations", Boolean),
+            ("include_topic_authorized_operations", Boolean),
+            ("tags", TaggedFields),
+        )
+
+    class TopicIdsRequest(Request[MetadataRequest_v10]):
+        API_KEY = 3
+
+        def __init__(self, topic: str) -> None:
+            self.topic = topic
+
+        def build(self, request_struct_class: type[MetadataRequest_v10]) -> MetadataRequest_v10:
+            return request_struct_class([(bytes(16), self.topic, {})], False, False, False, {})
+
+    return TopicIdsRequest
+
+
+async def topic_incarnation(options: dict, topic: str) -> str:
+    """Which incarnation of `topic` this is: its cluster's id and the topic's id, as `cluster/topic`.
+    A topic deleted and created again, or the same name on another cluster, counts its offsets from 0
+    again, so files named by offsets alone would collide with the earlier incarnation's. A broker
+    older than topic ids (Kafka 2.8) gives the cluster id alone."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(**options)
+    await admin.start()
+    try:
+        try:
+            response = await admin._send_request(_metadata_v10()(topic))
+        except NotImplementedError:  # no Metadata v10 on this broker
+            return (await admin.describe_cluster())["cluster_id"]
+    finally:
+        await admin.close()
+    (found,) = [t for t in response.topics if t[1] == topic]
+    if found[0]:
+        raise ValueError(f"topic {topic} cannot be described (error code {found[0]})")
+    return f"{response.cluster_id}/{found[2].hex()}"

@@ -21,6 +21,7 @@ from opentelemetry import trace
 from baton.v1 import feedback_pb2, responses_pb2, rewards_pb2
 from baton_platform import consumer, topics
 from baton_platform.config import RewardLoggerConfig
+from baton_platform.kafka import client_options, topic_incarnation
 from baton_platform.messages import PoisonMessage
 from baton_platform.service import Service
 from baton_reward_logger.episodes import ARROW_REFUSALS, DatasetWriter, Record, RowsRefused
@@ -56,7 +57,14 @@ class TopicRecorder:
     A write that fails (a full disk, an unreachable store) loses nothing: its rows stay buffered and
     are written again at the next flush, the service reports not-ready and `baton_dataset_unwritable`
     says so, and, past HELD_FLUSHES flushes' worth of rows, the partition stops being read until a
-    write succeeds."""
+    write succeeds.
+
+    Before its first file on Kafka it asks the cluster which incarnation of the topic it reads (the
+    cluster's and the topic's ids), which file names hold; until it knows, writes fail and are retried.
+    Every `compact_interval_s` it merges the small files of the partitions it owns, below their
+    committed offsets (`DatasetWriter.compact`): a partition has one owner in the group, so no two
+    replicas merge the same files, and only the owner's committed offset says which files a re-read
+    can no longer replace."""
 
     def __init__(self, service: Service, settings: RewardLoggerConfig, topic: str, kind: type[Message],
                  writer: DatasetWriter, make_row: RowMaker, metrics: DatasetMetrics,
@@ -90,6 +98,10 @@ class TopicRecorder:
                                          batch_wait_ms=max(1, min(_FETCH_WAIT_MS, int(self._interval * 500))),
                                          description="Episodes and ratings to write to the dataset.")
         self.consumer.every(min(0.5, self._interval), self.flush_due)
+        self._kafka = service.kafka
+        self._compact_bytes = int(settings.compact_target_mb * 1_000_000)
+        if settings.compact_interval_s is not None:
+            self.consumer.every(settings.compact_interval_s, self.compact)
         if settings.retention_days is not None:
             self.consumer.every(RETENTION_CHECK_S, lambda: self.expire(settings.retention_days))
         self.tracker = self.consumer.tracker
@@ -126,6 +138,7 @@ class TopicRecorder:
         the file's table is built (a check per row cost the service a fifth of its CPU), and row by
         row only when the file is refused."""
         records = [r for r, _ in buffered]
+        await self._identify()
         try:
             await asyncio.to_thread(self.writer.write, partition, records)
             return records
@@ -183,6 +196,28 @@ class TopicRecorder:
             for tp in [tp for tp, t in self._since.items() if force or now - t >= self._interval]:
                 await self._flush(tp)
             await self.consumer.commit()
+
+    async def _identify(self) -> None:
+        """Name files by the topic's incarnation, asked of the cluster once (on Kafka; the in-memory
+        test broker has none, and names hold none)."""
+        if self.writer.incarnation is None and self.consumer.on_kafka:
+            identity = await topic_incarnation(client_options(self._kafka), self.topic)
+            self.writer.identify(identity)
+            log.info("%s is incarnation %s of the topic; its files are named by it", self.topic, identity)
+
+    async def compact(self) -> None:
+        await self._identify()
+        if self.writer.incarnation is None:
+            return  # in memory: no partition is owned, nothing to merge
+        committed = {}
+        for tp in self.consumer.assignment():
+            offset = await self.consumer.committed(tp)
+            if offset is not None:
+                committed[tp.partition] = offset
+        if committed:
+            made = await asyncio.to_thread(self.writer.compact, committed, self._compact_bytes)
+            if made:
+                log.info("merged small %s files into %d file(s)", self.topic, len(made))
 
     async def expire(self, keep_days: int) -> None:
         removed = await asyncio.to_thread(self.writer.expire, keep_days)

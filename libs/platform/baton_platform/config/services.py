@@ -123,6 +123,12 @@ class RewardLoggerConfig(_HttpService):
     retention_days: int | None = Field(
         default=None, ge=1, description="Days of the datasets kept: each day's folder (date=YYYY-MM-DD, by the "
         "records' UTC day) is deleted once it is this many days old, checked hourly. Unset keeps everything.")
+    compact_interval_s: float | None = Field(
+        default=3600.0, gt=0, description="How often each replica merges the small files of the partitions it owns "
+        "(only those wholly below the partition's committed offset) into files of about compact_target_mb, per "
+        "day folder. Unset: never.")
+    compact_target_mb: float = Field(default=128.0, gt=0, description="The size, in MB, a merged file grows to at "
+                                     "most; a file of that size or more is left as it is.")
     eval_sets: dict[str, EvalSetConfig] = Field(
         default_factory=dict,
         description="Evaluation sets by name. A request naming an item, metadata baton_eval = 'NAME:ID', is graded "
