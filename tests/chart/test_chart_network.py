@@ -70,7 +70,8 @@ def https_to_anywhere(objects, labels: dict) -> bool:
 
 @pytest.mark.parametrize("values", DEFAULTS, ids=["chart", "default-values", "three-providers"])
 def test_by_default_only_the_executors_reach_the_internet_on_443(values):
-    objects = render(values, ("console.enabled=true", "trainer.enabled=true"))
+    # A router whose model is on its volume (offline); one that downloads it: the next test.
+    objects = render(values, ("console.enabled=true", "trainer.enabled=true", "router.modelStorage.offline=true"))
     pods = workloads_by_component(objects)
     executors = [c for c in pods if c.startswith("executor-")]
     others = [c for c in pods if not c.startswith("executor-")]
@@ -83,7 +84,7 @@ def test_by_default_only_the_executors_reach_the_internet_on_443(values):
 
 @pytest.mark.parametrize("values", DEFAULTS, ids=["chart", "default-values", "three-providers"])
 def test_by_default_every_pod_reaches_dns_and_kafka_and_no_other_port_anywhere(values):
-    objects = render(values, ("console.enabled=true",))
+    objects = render(values, ("console.enabled=true", "router.modelStorage.offline=true"))
     kafka_port = int(baton_config(objects)["kafka"]["bootstrap_servers"].rsplit(":", 1)[1])
     for component, workload in workloads_by_component(objects).items():
         rules = rules_for(objects, pod_labels(workload), "egress")
@@ -96,6 +97,14 @@ def test_by_default_every_pod_reaches_dns_and_kafka_and_no_other_port_anywhere(v
         assert ports <= allowed, f"{component} may reach {sorted(map(str, ports - allowed))} anywhere"
 
 
+def test_a_router_that_downloads_its_model_reaches_the_hub_on_443_until_it_is_offline():
+    for offline, reaches in (("false", True), ("true", False)):
+        objects = render((), ("config.conductor.backend=vllm", f"router.modelStorage.offline={offline}"))
+        pods = workloads_by_component(objects)
+        assert https_to_anywhere(objects, pod_labels(pods["router"])) is reaches, offline
+        assert not https_to_anywhere(objects, pod_labels(pods["gateway"]))
+
+
 def test_with_egress_unrestricted_no_pod_has_an_egress_policy():
     objects = render((), ("networkPolicy.restrictEgress=false",))
     for component, workload in workloads_by_component(objects).items():
@@ -104,7 +113,7 @@ def test_with_egress_unrestricted_no_pod_has_an_egress_policy():
 
 def test_extra_egress_is_how_the_router_reaches_a_remote_conductor():
     remote = "networkPolicy.extraEgress[0].to[0].ipBlock.cidr=203.0.113.7/32"
-    objects = render((), (remote, "networkPolicy.extraEgress[0].ports[0].port=8443"))
+    objects = render((), (remote, "networkPolicy.extraEgress[0].ports[0].port=8443", "router.modelStorage.offline=true"))
     router = pod_labels(workloads_by_component(objects)["router"])
     rules = rules_for(objects, router, "egress")
     assert any(r.get("to") == [{"ipBlock": {"cidr": "203.0.113.7/32"}}] and allows_port(r, 8443) for r in rules)
