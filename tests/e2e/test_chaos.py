@@ -1,6 +1,8 @@
 """Chaos: steady load through the official `openai` client while each process of the stack is
 killed with SIGKILL and restarted with `baton up --only NAME`, and then the Kafka broker is stopped
-and started (and, with `make chaos-crash`, killed with SIGKILL and started: see BROKER_KILL).
+and started (and, with `make chaos-crash`, killed with SIGKILL and started: see BROKER_KILL). A second
+test runs the stack on three brokers (replication 3, two in sync) and loses one: the busiest
+partition's leader killed, a rolling restart, one broker down for BROKER_DOWN_S.
 `make chaos` runs this file alone; `make test` runs it with the rest.
 
 What must hold, checked at the end by `chaos_checks.problems` (whose unit tests plant each failure):
@@ -53,7 +55,7 @@ from testbed import MMLU_PRO, default_config_data, wait_for
 from baton.v1 import requests_pb2, workflow_pb2
 from baton_platform import topics
 from baton_platform.dataset import current_files
-from baton_tools.kafka import LocalKafka
+from baton_tools.kafka import KafkaCluster, LocalKafka
 from baton_tools.procs import free_port
 from baton_tools.stack import Stack
 
@@ -147,13 +149,13 @@ def questions(n: int = 50) -> list[str]:
         return [row["prompt"] for _, row in zip(range(n), csv.DictReader(f))]
 
 
-def chaos_config(tmp_path, bootstrap: str):
+def chaos_config(tmp_path, bootstrap: str, replication_factor: int = 1):
     data = default_config_data()
     data["conductor"]["plan"] = {"workers": ["gemini-flash", "gemini-pro"], "subtasks": ["Solve it.", "Check it."],
                                  "access": [[], [0]]}
     data["workers"][0]["replicas"] = 2
     data["kafka"] = {"bootstrap_servers": bootstrap, "partitions": PARTITIONS, "session_timeout_ms": 6000,
-                     "heartbeat_interval_ms": 1000}
+                     "heartbeat_interval_ms": 1000, "replication_factor": replication_factor}
     data["gateway"] = {**data["gateway"], "request_timeout_s": DEADLINE_S}  # keeps `auth: none` (loopback)
     data["synthesizer"] = {"step_timeout_s": 10}
     data["reward_logger"] = {"flush_interval_s": 0.5}
@@ -185,7 +187,7 @@ def episodes(dataset_dir) -> Counter:
 
 async def whole_topic(bootstrap: str, topic: str):
     """Every record of `topic` (its PARTITIONS partitions), up to the ends it had when the read began."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap.split(","), group_id=None, enable_auto_commit=False)
     await consumer.start()
     try:
         tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
@@ -218,8 +220,8 @@ async def queued_ids(bootstrap: str) -> set[str]:
 
 async def stalled(bootstrap: str) -> list[str]:
     """Partitions whose group's committed offset is short of the partition's end."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap.split(","))
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap.split(","), group_id=None)
     await admin.start()
     await consumer.start()
     try:
@@ -242,9 +244,85 @@ async def stalled(bootstrap: str) -> list[str]:
 def test_every_process_and_the_broker_killed_in_turn_under_load(tmp_path):
     kafka = LocalKafka(data_dir=tmp_path / "kafka", log_file=tmp_path / "kafka.log")
     kafka.start()
-    stack = Stack(tmp_path / "run", config_file=chaos_config(tmp_path, kafka.bootstrap_servers),
-                  gateway_port=free_port(), bootstrap_servers=kafka.bootstrap_servers, console_port=free_port(),
-                  gateway_metrics_port=free_port())
+    stack = None
+
+    def inject(fault: str) -> None:
+        if fault in ("kafka", "kafka-kill"):
+            kafka.stop() if fault == "kafka" else kafka.kill()  # a clean shutdown, then a crash
+            time.sleep(1)
+            kafka.start()
+            return
+        if fault == KEYED:
+            time.sleep(1.5)  # requests with keys are in flight when it dies
+        name = "gateway" if fault == KEYED else fault
+        killed = stack.kill(name)
+        for proc in stack._children:
+            if proc.pid == killed.pid:
+                proc.wait(10)  # reap it, as a supervisor would
+        time.sleep(1)
+        restart_with_the_cli(stack, name)
+
+    try:
+        stack = chaos_stack(tmp_path, kafka.bootstrap_servers)
+        calls = run_under_load(stack, kafka.bootstrap_servers, FAULTS, inject)
+    finally:
+        kafka.stop()
+    keyed = [c for c in calls if c.keyed]
+    assert sum(c.retries for c in keyed), "no request of the retry row was cut by the gateway's death: it tested nothing"
+
+
+# How long the `broker-down` row keeps one of three brokers stopped.
+BROKER_DOWN_S = float(os.environ.get("BATON_CHAOS_BROKER_DOWN_S", "120"))
+CLUSTER_FAULTS = ["leader-kill", "rolling-restart", "broker-down"]
+
+
+@pytest.mark.timeout(1200)
+def test_a_three_broker_cluster_loses_a_broker_under_load(tmp_path):
+    """Three KRaft brokers, every topic replicated three times with two in sync: the leader of the
+    busiest topic's partition is killed with SIGKILL (and started again), then every broker is restarted
+    in turn (each waiting until no partition is under-replicated, as an operator's rolling restart
+    does), then one broker is stopped for BROKER_DOWN_S. The same checks as the single broker's rows."""
+    cluster = KafkaCluster(tmp_path / "cluster")
+    cluster.start()
+
+    def settled() -> None:
+        assert wait_for(lambda: asyncio.run(cluster.under_replicated()) == 0, 120, 1), "replicas never caught up"
+
+    def inject(fault: str) -> None:
+        if fault == "leader-kill":
+            node = cluster.node(asyncio.run(cluster.leader(topics.WORKFLOW, 0)))
+            node.kill()
+            time.sleep(1)
+            node.start()
+        elif fault == "rolling-restart":
+            for node in cluster.nodes:
+                settled()
+                node.stop()
+                node.start()
+        else:
+            node = cluster.nodes[-1]
+            node.stop()
+            time.sleep(BROKER_DOWN_S)
+            node.start()
+        settled()
+
+    try:
+        stack = chaos_stack(tmp_path, cluster.bootstrap_servers, replication_factor=3)
+        run_under_load(stack, cluster.bootstrap_servers, CLUSTER_FAULTS, inject)
+    finally:
+        cluster.stop()
+
+
+def chaos_stack(tmp_path, bootstrap: str, replication_factor: int = 1) -> Stack:
+    return Stack(tmp_path / "run", config_file=chaos_config(tmp_path, bootstrap, replication_factor),
+                 gateway_port=free_port(), bootstrap_servers=bootstrap, console_port=free_port(),
+                 gateway_metrics_port=free_port())
+
+
+def run_under_load(stack: Stack, bootstrap: str, faults: list[str], inject) -> list[Call]:
+    """Start `stack`, send steady load, `inject` each fault in turn and time the recovery from it, then,
+    once every group has committed to the end and the last episodes are written, print the table and
+    fail on anything lost, duplicated, re-run, stalled or hung. Returns the calls. Stops the stack."""
     load = None
     recovery: dict[str, float | None] = {}
     try:
@@ -253,23 +331,10 @@ def test_every_process_and_the_broker_killed_in_turn_under_load(tmp_path):
         load.start()
         assert wait_for(lambda: load.first_answer_after(0), 60, 0.25), "the stack answers before any fault"
         time.sleep(2)
-        for fault in FAULTS:
+        for fault in faults:
             load.phase = fault
             t0 = time.monotonic()
-            if fault in ("kafka", "kafka-kill"):
-                kafka.stop() if fault == "kafka" else kafka.kill()  # a clean shutdown, then a crash
-                time.sleep(1)
-                kafka.start()
-            else:
-                if fault == KEYED:
-                    time.sleep(1.5)  # requests with keys are in flight when it dies
-                name = "gateway" if fault == KEYED else fault
-                killed = stack.kill(name)
-                for proc in stack._children:
-                    if proc.pid == killed.pid:
-                        proc.wait(10)  # reap it, as a supervisor would
-                time.sleep(1)
-                restart_with_the_cli(stack, name)
+            inject(fault)
             back = time.monotonic()
             # Recovered: a request sent once the process (or broker) is back has been answered.
             answered = wait_for(lambda back=back: load.first_answer_after(back), 60, 0.25)
@@ -281,22 +346,19 @@ def test_every_process_and_the_broker_killed_in_turn_under_load(tmp_path):
         calls = load.calls
         # Let the last workflows end, the reward logger write them and every group commit; only then
         # count episodes (a duplicate written by a late flush would otherwise go unseen).
-        late = asyncio.run(_wait_unstalled(kafka.bootstrap_servers, 60))
+        late = asyncio.run(_wait_unstalled(bootstrap, 60))
         rows = episodes(stack.dataset_dir)
-        results = asyncio.run(completions(kafka.bootstrap_servers))
-        queued = asyncio.run(queued_ids(kafka.bootstrap_servers))
+        results = asyncio.run(completions(bootstrap))
+        queued = asyncio.run(queued_ids(bootstrap))
     finally:
         if load is not None and not load._stop.is_set():
             load.stop()
         stack.stop()
-        kafka.stop()
-
     rerun = sorted(t for t, bodies in results.items() if len(bodies) > 1)
-    print_table(calls, rows, recovery, rerun)
+    print_table(calls, rows, recovery, rerun, faults)
     found = problems(calls, rows, queued, rerun, late, recovery, DEADLINE_S)
     assert not found, f"{len(found)} problem(s): {found[:10]}"
-    keyed = [c for c in calls if c.keyed]
-    assert sum(c.retries for c in keyed), "no request of the retry row was cut by the gateway's death: it tested nothing"
+    return calls
 
 
 async def _wait_unstalled(bootstrap: str, timeout: float) -> list[str]:
@@ -308,8 +370,8 @@ async def _wait_unstalled(bootstrap: str, timeout: float) -> list[str]:
         await asyncio.sleep(1)
 
 
-def print_table(calls: list[Call], rows: Counter, recovery: dict, rerun: list[str]) -> None:
-    phases = ["warm-up", *FAULTS, "after"]
+def print_table(calls: list[Call], rows: Counter, recovery: dict, rerun: list[str], faults: list[str]) -> None:
+    phases = ["warm-up", *faults, "after"]
     print("\nfault            sent answered errored (reasons)                                      dup.episodes recover")
     for phase in phases:
         mine = [c for c in calls if c.phase == phase]
@@ -323,5 +385,7 @@ def print_table(calls: list[Call], rows: Counter, recovery: dict, rerun: list[st
     print(f"connection dropped: {len(dropped)}, of which logged as episodes: {sum(1 for c in dropped if c.cid in rows)}; "
           f"steps re-run after completing: {len(rerun)}")
     keyed = [c for c in calls if c.keyed]
+    if not keyed:
+        return
     print(f"{KEYED}: {sum(c.retries > 0 for c in keyed)} of {len(keyed)} request(s) retried with their Idempotency-Key "
           f"({sum(c.retries for c in keyed)} retries); workflows logged for them: {sum(rows.get(c.cid, 0) for c in keyed)}")

@@ -13,6 +13,12 @@ from faststream.security import BaseSecurity, SASLPlaintext, SASLScram256, SASLS
 from baton_platform.config import KafkaConfig
 
 
+def servers(bootstrap: str) -> list[str]:
+    """`host:port,host:port` as the list Kafka clients take: aiokafka reads a string as one address,
+    so a cluster's comma-separated bootstrap list would not connect."""
+    return [s.strip() for s in bootstrap.split(",") if s.strip()]
+
+
 def _ssl_context(cfg: KafkaConfig) -> ssl.SSLContext | None:
     """TLS to the brokers (SSL, SASL_SSL): their CA, and this service's client certificate when set
     (mutual TLS, where the certificate's name is the service's Kafka principal)."""
@@ -58,7 +64,7 @@ RECORD_OVERHEAD_BYTES = 8_192
 
 def make_broker(cfg: KafkaConfig, *, client_id: str) -> KafkaBroker:
     return KafkaBroker(
-        cfg.bootstrap_servers,
+        servers(cfg.bootstrap_servers),
         client_id=client_id,
         security=_security(cfg),
         linger_ms=cfg.linger_ms,
@@ -88,7 +94,7 @@ def consumer_options(cfg: KafkaConfig) -> dict:
 
 def client_options(cfg: KafkaConfig) -> dict:
     """Connection settings for plain aiokafka clients (admin, probes), matching make_broker's."""
-    options: dict = {"bootstrap_servers": cfg.bootstrap_servers, "security_protocol": cfg.security_protocol}
+    options: dict = {"bootstrap_servers": servers(cfg.bootstrap_servers), "security_protocol": cfg.security_protocol}
     if cfg.security_protocol in ("SSL", "SASL_SSL"):
         options["ssl_context"] = _ssl_context(cfg)
     if cfg.security_protocol.startswith("SASL"):

@@ -697,7 +697,7 @@ class KafkaCluster:
 
         deadline = time.monotonic() + timeout
         while True:
-            admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers)
+            admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap_servers.split(","))
             try:
                 await admin.start()
                 return await admin.describe_topics(names if names is not None else list(await admin.list_topics()))

@@ -19,6 +19,7 @@ from pathlib import Path
 from baton_platform import acls, topics
 from baton_platform.admin import create_topics
 from baton_platform.config import BatonConfig, load_config
+from baton_platform.kafka import servers
 from baton_tools import kafka as kafka_harness
 from baton_tools import model_servers, procs
 from baton_tools.kafka_security import BusSecurity, wait_until_granted
@@ -202,9 +203,10 @@ class Stack:
 
     def _prepare_bus(self) -> None:
         """The suite's topics and, on a secured broker, its ACLs (as `admin`)."""
-        options = self.kafka.admin_options() if self.kafka else {"bootstrap_servers": self.bootstrap_servers}
+        options = self.kafka.admin_options() if self.kafka else {"bootstrap_servers": servers(self.bootstrap_servers)}
         counts, configs = topics.topic_plan_for(self.config)
-        kafka_harness.run_sync(lambda: create_topics(options, counts, config=configs))
+        kafka_harness.run_sync(lambda: create_topics(options, counts, config=configs,
+                                                     replication_factor=self.config.kafka.replication_factor))
         if self.security is not None:
             kafka_harness.run_sync(lambda: acls.apply(options, acls.grants(self.config.providers)))
             gateway = self.security.client_options(acls.identity("gateway"), self.bootstrap_servers)
