@@ -59,7 +59,7 @@ test: install kafka helm vllm promtool browser lint ## ruff and mypy, then the w
 test-fast: install ## Tests without a broker, service processes or the vLLM engine (the tiers are markers: tests/conftest.py)
 	$(PY) -m pytest -m "not kafka and not e2e and not vllm" $(PYTEST_ARGS)
 
-chaos: install kafka ## Kill -9 and restart each service, then the broker, under load; print a table per fault (~2-4 min; also in `make test`)
+chaos: install kafka ## Kill -9 and restart each service, then the broker, under load; then lose one of three brokers; a table per fault (~8 min; also in `make test`)
 	$(PY) -m pytest tests/e2e/test_chaos.py -s $(PYTEST_ARGS)
 
 chaos-crash: install kafka ## `make chaos` plus the broker killed with SIGKILL (not in `make test`: it finds a known double run, see tests/e2e/test_chaos.py)

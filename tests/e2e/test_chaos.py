@@ -370,9 +370,17 @@ async def _wait_unstalled(bootstrap: str, timeout: float) -> list[str]:
         await asyncio.sleep(1)
 
 
+def longest_gap(calls: list[Call]) -> float:
+    """The longest time between two answers of `calls` (by when each came back): how long clients saw
+    no answer at all during a fault, while requests kept coming."""
+    done = sorted(c.done for c in calls if c.outcome == "answer" and c.done)
+    return max((b - a for a, b in zip(done, done[1:])), default=0.0)
+
+
 def print_table(calls: list[Call], rows: Counter, recovery: dict, rerun: list[str], faults: list[str]) -> None:
     phases = ["warm-up", *faults, "after"]
-    print("\nfault            sent answered errored (reasons)                                      dup.episodes recover")
+    print("\nfault            sent answered errored (reasons)                                      dup.episodes recover "
+          "longest-gap")
     for phase in phases:
         mine = [c for c in calls if c.phase == phase]
         reasons = Counter(c.reason for c in mine if c.outcome != "answer")
@@ -380,7 +388,8 @@ def print_table(calls: list[Call], rows: Counter, recovery: dict, rerun: list[st
         rec = recovery.get(phase)
         print(f"{phase:<16} {len(mine):>4} {sum(c.outcome == 'answer' for c in mine):>8} "
               f"{sum(c.outcome != 'answer' for c in mine):>7} {dict(reasons)!s:<52} {dups:>12} "
-              f"{'-' if phase not in recovery else (f'{rec:.1f} s' if rec is not None else 'never'):>7}")
+              f"{'-' if phase not in recovery else (f'{rec:.1f} s' if rec is not None else 'never'):>7} "
+              f"{longest_gap(mine):>9.1f} s")
     dropped = [c for c in calls if c.outcome == "dropped"]
     print(f"connection dropped: {len(dropped)}, of which logged as episodes: {sum(1 for c in dropped if c.cid in rows)}; "
           f"steps re-run after completing: {len(rerun)}")

@@ -6,14 +6,17 @@ tests/platform show it grants nothing more."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 
 import openai
 import pytest
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import TopicAuthorizationFailedError
 from testbed import default_config_data, first_question, running_stack, wait_for_episodes
 
-from baton_platform import acls
+from baton_platform import acls, topics
 
 
 @pytest.fixture(scope="module")
@@ -47,3 +50,31 @@ def test_every_service_connects_as_itself_and_a_request_is_answered(stack):
     assert users["gateway"] == acls.identity("gateway")
     assert users["executor-sim-0"] == acls.identity("executor-sim")
     assert len(set(users.values())) == len(users)
+
+
+def test_the_gateways_credentials_cannot_steer_the_running_suite(stack):
+    """What a compromised gateway pod holds, used against the running secured suite: a forged policy
+    version, a forged limits report and a task for a provider are each refused by the broker, and the
+    suite answers on; a conversation too large for its workflow's records is refused with 413 before
+    anything is queued."""
+    gateway = stack.kafka.security.client_options(acls.identity("gateway"), stack.bootstrap_servers)
+
+    async def refused(topic: str) -> bool:
+        producer = AIOKafkaProducer(**gateway, acks="all", enable_idempotence=True, request_timeout_ms=10000)
+        try:
+            await producer.start()
+            await asyncio.wait_for(producer.send_and_wait(topic, b'{"member":"ghost","partitions":100000}'), 20)
+        except TopicAuthorizationFailedError:
+            return True
+        finally:
+            await producer.stop()
+        return False
+
+    for topic in (topics.POLICY, topics.limits_topic("sim"), topics.tasks_topic("sim")):
+        assert asyncio.run(refused(topic)), f"the gateway's user could write {topic}"
+    client = openai.OpenAI(base_url=stack.base_url, api_key="unused", max_retries=0, timeout=60)
+    with pytest.raises(openai.APIStatusError) as err:
+        client.chat.completions.create(model="baton", messages=[{"role": "user", "content": "x " * 180_000}])
+    assert err.value.status_code == 413 and err.value.code == "request_too_large"
+    answer = client.chat.completions.create(model="baton", messages=[{"role": "user", "content": first_question()["prompt"]}])
+    assert answer.choices[0].message.content, "the suite answers on"
