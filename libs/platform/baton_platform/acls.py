@@ -117,7 +117,7 @@ async def apply(options: dict, bindings: list[Grant], *, timeout: float = 30) ->
     admin = AIOKafkaAdminClient(**options, request_timeout_ms=int(timeout * 1000))
     await admin.start()
     try:
-        creations = [(_RESOURCE[b.resource], b.name, _PATTERN[b.pattern], b.principal, "*",
+        creations: list[tuple] = [(_RESOURCE[b.resource], b.name, _PATTERN[b.pattern], b.principal, "*",
                       _OPERATION[b.operation], _ALLOW, {}) for b in bindings]
         response = await admin._client.send(admin._client.get_random_node(), _create_acls_request()(creations))
     finally:
