@@ -529,3 +529,16 @@ def test_the_cpu_only_example_grades_with_the_matrix_its_sim_worker_replays():
     objects = render((CPU_ONLY,))
     assert baton_config(objects)["reward_logger"]["eval_sets"]["mmlu_pro"]["path"] == "/data/routing/mmlu_pro_dev.csv"
     assert "/data/routing" in [m["mountPath"] for m in container(reward_logger(objects))["volumeMounts"]]
+
+
+def test_a_single_pod_keeps_its_budget_through_a_drain_and_the_router_rolls_with_a_surge():
+    """A Deployment of one pod gets minAvailable 1 (maxUnavailable 1 would let a drain take its only
+    pod); one of several, or autoscaled, keeps maxUnavailable 1. The router's rollout starts the new
+    pod before the old one stops, so planning never pauses for a config edit."""
+    objects = render((), ("gateway.replicaCount=2", "gateway.autoscaling.enabled=false", "synthesizer.replicaCount=1"))
+    budgets = {p["metadata"]["name"].removeprefix(f"{RELEASE}-baton-"): p["spec"]
+               for p in by_kind(objects, "PodDisruptionBudget")}
+    assert budgets["synthesizer"].get("minAvailable") == 1 and "maxUnavailable" not in budgets["synthesizer"]
+    assert budgets["gateway"].get("maxUnavailable") == 1
+    (router,) = [d for d in by_kind(objects, "Deployment") if d["metadata"]["name"].endswith("-router")]
+    assert router["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}

@@ -297,9 +297,17 @@ priorityClassName: {{ . | quote }}
 {{- end -}}
 
 {{/* A PodDisruptionBudget spec body. Call with (dict "pdb" .pdb "root" $ "component" NAME). */}}
+{{/*
+A PodDisruptionBudget's spec. A Deployment that runs one pod (no autoscaler, replicaCount 1) gets
+minAvailable 1, not maxUnavailable 1 (which lets a node drain take its only pod): a drain then waits
+until a second pod runs, which a rollout's surge pod or a scale-up gives. Call with (dict "pdb" PDB
+"root" $ "component" NAME "single" BOOL).
+*/}}
 {{- define "baton.pdbSpec" -}}
 {{- if hasKey .pdb "minAvailable" }}
 minAvailable: {{ .pdb.minAvailable }}
+{{- else if .single }}
+minAvailable: 1
 {{- else }}
 maxUnavailable: {{ .pdb.maxUnavailable }}
 {{- end }}
