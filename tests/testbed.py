@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import os
+import subprocess
 import sys
 import time
 from collections.abc import Collection, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 
 import yaml
 
@@ -126,6 +129,33 @@ def sandbox_available() -> bool:
     except SandboxUnavailable:
         return False
     return True
+
+
+@contextlib.contextmanager
+def small_disk(where: Path, size: str = "1m"):
+    """A tmpfs of `size` mounted at `where` for the block (mounting needs root): `fill()` writes a filler
+    file until writing fails with ENOSPC, `free()` removes it."""
+    where = Path(where)
+    where.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True,
+                          text=True)
+    assert done.returncode == 0, f"this test mounts a small tmpfs and needs root: {done.stderr}"
+    filler = where / "filler"
+
+    def fill() -> None:
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        try:
+            for chunk in (1 << 20, 4096, 1):
+                with contextlib.suppress(OSError):
+                    while True:
+                        os.write(fd, b"\0" * chunk)
+        finally:
+            os.close(fd)
+
+    try:
+        yield SimpleNamespace(path=where, fill=fill, free=lambda: filler.unlink(missing_ok=True))
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
 
 
 @contextlib.contextmanager

@@ -1,6 +1,8 @@
 """Chaos: steady load through the official `openai` client while each process of the stack is
 killed with SIGKILL and restarted with `baton up --only NAME`, and then the Kafka broker is stopped
-and started (and, with `make chaos-crash`, killed with SIGKILL and started: see BROKER_KILL). A second
+and started (and, with `make chaos-crash`, killed with SIGKILL and started: see BROKER_KILL); in the
+`disk-full` row, the reward logger's disk (a small tmpfs: the test needs root) is filled for
+DISK_FULL_S, then freed. A second
 test runs the stack on three brokers (replication 3, two in sync) and loses one: the busiest
 partition's leader killed, a rolling restart, one broker down for BROKER_DOWN_S.
 `make chaos` runs this file alone; `make test` runs it with the rest.
@@ -50,7 +52,7 @@ import yaml
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from chaos_checks import Call, problems
-from testbed import MMLU_PRO, default_config_data, wait_for
+from testbed import MMLU_PRO, default_config_data, small_disk, wait_for
 
 from baton.v1 import requests_pb2, workflow_pb2
 from baton_platform import topics
@@ -68,7 +70,9 @@ PARTITIONS = 4
 # see it), and the run fails, rightly, on a step run twice. Fencing such a replica is still to do.
 BROKER_KILL = os.environ.get("BATON_CHAOS_BROKER_KILL") == "1"
 FAULTS = ["gateway", "gateway-retry", "router", "synthesizer", "executor-sim-0", "executor-sim-1", "reward-logger",
-          "kafka", *(["kafka-kill"] if BROKER_KILL else [])]
+          "disk-full", "kafka", *(["kafka-kill"] if BROKER_KILL else [])]
+# How long the `disk-full` row keeps the reward logger's disk (a small tmpfs) full under load.
+DISK_FULL_S = 15
 KEYED = "gateway-retry"  # the row whose clients retry with their Idempotency-Key
 GROUPS = {topics.GROUP_ROUTER: [topics.REQUESTS], topics.GROUP_SYNTHESIZER: [topics.WORKFLOW],
           topics.GROUP_REWARD_LOGGER: [topics.RESPONSES], topics.executor_group("sim"): [topics.tasks_topic("sim")]}
@@ -242,33 +246,42 @@ async def stalled(bootstrap: str) -> list[str]:
 
 @pytest.mark.timeout(900)
 def test_every_process_and_the_broker_killed_in_turn_under_load(tmp_path):
-    kafka = LocalKafka(data_dir=tmp_path / "kafka", log_file=tmp_path / "kafka.log")
-    kafka.start()
-    stack = None
-
-    def inject(fault: str) -> None:
-        if fault in ("kafka", "kafka-kill"):
-            kafka.stop() if fault == "kafka" else kafka.kill()  # a clean shutdown, then a crash
-            time.sleep(1)
-            kafka.start()
-            return
-        if fault == KEYED:
-            time.sleep(1.5)  # requests with keys are in flight when it dies
-        name = "gateway" if fault == KEYED else fault
-        killed = stack.kill(name)
-        for proc in stack._children:
-            if proc.pid == killed.pid:
-                proc.wait(10)  # reap it, as a supervisor would
-        time.sleep(1)
-        restart_with_the_cli(stack, name)
-
-    try:
-        stack = chaos_stack(tmp_path, kafka.bootstrap_servers)
-        calls = run_under_load(stack, kafka.bootstrap_servers, FAULTS, inject)
-    finally:
-        kafka.stop()
+    # The episode dataset lives on a disk of its own, which the `disk-full` row fills and then frees.
+    with small_disk(tmp_path / "disk", "256m") as disk:
+        kafka = LocalKafka(data_dir=tmp_path / "kafka", log_file=tmp_path / "kafka.log")
+        kafka.start()
+        try:
+            stack = chaos_stack(tmp_path, kafka.bootstrap_servers, dataset_dir=disk.path / "data")
+            calls = run_under_load(stack, kafka.bootstrap_servers, FAULTS,
+                                   lambda fault: inject_into_one_broker(fault, stack, kafka, disk))
+        finally:
+            kafka.stop()
     keyed = [c for c in calls if c.keyed]
     assert sum(c.retries for c in keyed), "no request of the retry row was cut by the gateway's death: it tested nothing"
+
+
+def inject_into_one_broker(fault: str, stack: Stack, kafka: LocalKafka, disk) -> None:
+    """One fault of FAULTS: the broker stopped or crashed, the dataset's disk full for a while, or a
+    service killed with SIGKILL and restarted with the CLI."""
+    if fault in ("kafka", "kafka-kill"):
+        kafka.stop() if fault == "kafka" else kafka.kill()  # a clean shutdown, then a crash
+        time.sleep(1)
+        kafka.start()
+        return
+    if fault == "disk-full":
+        disk.fill()
+        time.sleep(DISK_FULL_S)
+        disk.free()
+        return
+    if fault == KEYED:
+        time.sleep(1.5)  # requests with keys are in flight when it dies
+    name = "gateway" if fault == KEYED else fault
+    killed = stack.kill(name)
+    for proc in stack._children:
+        if proc.pid == killed.pid:
+            proc.wait(10)  # reap it, as a supervisor would
+    time.sleep(1)
+    restart_with_the_cli(stack, name)
 
 
 # How long the `broker-down` row keeps one of three brokers stopped.
@@ -313,10 +326,10 @@ def test_a_three_broker_cluster_loses_a_broker_under_load(tmp_path):
         cluster.stop()
 
 
-def chaos_stack(tmp_path, bootstrap: str, replication_factor: int = 1) -> Stack:
+def chaos_stack(tmp_path, bootstrap: str, replication_factor: int = 1, dataset_dir=None) -> Stack:
     return Stack(tmp_path / "run", config_file=chaos_config(tmp_path, bootstrap, replication_factor),
                  gateway_port=free_port(), bootstrap_servers=bootstrap, console_port=free_port(),
-                 gateway_metrics_port=free_port())
+                 gateway_metrics_port=free_port(), dataset_dir=dataset_dir)
 
 
 def run_under_load(stack: Stack, bootstrap: str, faults: list[str], inject) -> list[Call]:

@@ -4,9 +4,6 @@ on the real broker across restarts."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import subprocess
 import time
 import uuid
 from types import SimpleNamespace
@@ -14,7 +11,7 @@ from types import SimpleNamespace
 import httpx
 import pytest
 from faststream import TestApp
-from testbed import config_for, dataset_rows, ensure_topics, publish, settle, tracer
+from testbed import config_for, dataset_rows, ensure_topics, publish, settle, small_disk, tracer
 
 from baton.v1 import requests_pb2, responses_pb2
 from baton_platform import topics
@@ -83,27 +80,16 @@ async def test_each_response_is_written_once_across_restarts(kafka_bootstrap, wr
 
 
 @pytest.fixture
-def small_disk(tmp_path):
+def full_disk(tmp_path):
     """A 1 MiB tmpfs, filled: writing to it fails with ENOSPC until `free()` removes the filler."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True, text=True)
-    assert done.returncode == 0, f"this test mounts a small tmpfs and needs root: {done.stderr}"
-    filler = mount / "filler"
-    try:
-        fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
-        with contextlib.suppress(OSError):
-            while True:
-                os.write(fd, b"\0" * 4096)
-        os.close(fd)
-        yield SimpleNamespace(root=str(mount / "data"), free=lambda: filler.unlink())
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
+    with small_disk(tmp_path / "disk") as disk:
+        disk.fill()
+        yield SimpleNamespace(root=str(disk.path / "data"), free=disk.free)
 
 
-async def test_a_full_disk_loses_no_episode_and_says_so_until_space_returns(kafka_bootstrap, write_config, small_disk):
+async def test_a_full_disk_loses_no_episode_and_says_so_until_space_returns(kafka_bootstrap, write_config, full_disk):
     await ensure_topics(kafka_bootstrap)
-    config = config_for(write_config, kafka_bootstrap, reward_logger=reward_logger_section(small_disk.root))
+    config = config_for(write_config, kafka_bootstrap, reward_logger=reward_logger_section(full_disk.root))
     app = create_app(config, tracer_provider=tracer())
     ids = [uuid.uuid4().hex for _ in range(8)]
     http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://reward-logger")
@@ -122,13 +108,13 @@ async def test_a_full_disk_loses_no_episode_and_says_so_until_space_returns(kafk
         ready = await http.get("/health/ready")
         assert ready.status_code == 503 and "No space left on device" in ready.text, ready.text
         assert await unwritable() == 1
-        assert dataset_rows(f"{small_disk.root}/episodes") == []
+        assert dataset_rows(f"{full_disk.root}/episodes") == []
 
-        small_disk.free()
-        found = await wait_rows(f"{small_disk.root}/episodes", set(ids))
+        full_disk.free()
+        found = await wait_rows(f"{full_disk.root}/episodes", set(ids))
         await settle(1.5)
         assert (await http.get("/health/ready")).status_code == 200 and await unwritable() == 0
-    found = [r for r in dataset_rows(f"{small_disk.root}/episodes") if r["request_id"] in ids]
+    found = [r for r in dataset_rows(f"{full_disk.root}/episodes") if r["request_id"] in ids]
     assert sorted(r["request_id"] for r in found) == sorted(ids), "every response once, none twice"
 
 
