@@ -224,6 +224,24 @@ async def ensure_topics(bootstrap: str, partitions: int = 4) -> None:
     await acreate_topics(bootstrap, counts, config=configs)
 
 
+async def skip_backlog(bootstrap: str, group: str, topic: str) -> None:
+    """Commit `group`'s offsets on `topic` at its end, so a service started next in that group reads
+    only what its test publishes, not every record earlier tests left on the shared broker."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    from baton_platform.kafka import partition_ids
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in await partition_ids({"bootstrap_servers": bootstrap}, topic)]
+        consumer.assign(tps)
+        ends = await consumer.end_offsets(tps)
+        await consumer.commit(ends)
+    finally:
+        await consumer.stop()
+
+
 def kafka_section(bootstrap: str) -> dict:
     """The test configuration's kafka section for a broker at `bootstrap`."""
     return {"bootstrap_servers": bootstrap, "partitions": 4, "session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}

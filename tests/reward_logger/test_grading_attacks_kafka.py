@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 
 from faststream import TestApp
-from testbed import config_for, dataset_rows, ensure_topics, publish, sandbox_available, settle, tracer
+from testbed import config_for, dataset_rows, ensure_topics, publish, sandbox_available, settle, skip_backlog, tracer
 
 from baton.v1 import common_pb2, requests_pb2, responses_pb2
 from baton_platform import topics
@@ -56,6 +56,7 @@ async def test_attacks_neither_escape_nor_stall_and_the_next_episode_is_logged(k
     evals = tmp_path / "attacks.jsonl"
     evals.write_text("".join(json.dumps(i) + "\n" for i in items))
     await ensure_topics(kafka_bootstrap)
+    await skip_backlog(kafka_bootstrap, topics.GROUP_REWARD_LOGGER, topics.RESPONSES)
     data_dir = str(tmp_path / "data")
     config = config_for(write_config, kafka_bootstrap, reward_logger={
         "dataset_dir": data_dir, "flush_every": 1, "flush_interval_s": 0.3, "grading_timeout_s": 8,

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import httpx
 import pytest
 from faststream import TestApp
-from testbed import config_for, dataset_rows, ensure_topics, publish, settle, small_disk, tracer
+from testbed import config_for, dataset_rows, ensure_topics, publish, settle, skip_backlog, small_disk, tracer
 
 from baton.v1 import requests_pb2, responses_pb2
 from baton_platform import topics
@@ -63,6 +63,7 @@ async def test_each_response_becomes_one_row(bus, data_dir):
 # Real broker only: the second instance resumes from the offsets the first one committed.
 async def test_each_response_is_written_once_across_restarts(kafka_bootstrap, write_config, data_dir):
     await ensure_topics(kafka_bootstrap)
+    await skip_backlog(kafka_bootstrap, topics.GROUP_REWARD_LOGGER, topics.RESPONSES)
     config = config_for(write_config, kafka_bootstrap, reward_logger=reward_logger_section(data_dir))
     ids = [uuid.uuid4().hex for _ in range(5)]
     for rid in ids[:3]:
@@ -89,6 +90,7 @@ def full_disk(tmp_path):
 
 async def test_a_full_disk_loses_no_episode_and_says_so_until_space_returns(kafka_bootstrap, write_config, full_disk):
     await ensure_topics(kafka_bootstrap)
+    await skip_backlog(kafka_bootstrap, topics.GROUP_REWARD_LOGGER, topics.RESPONSES)
     config = config_for(write_config, kafka_bootstrap, reward_logger=reward_logger_section(full_disk.root))
     app = create_app(config, tracer_provider=tracer())
     ids = [uuid.uuid4().hex for _ in range(8)]
@@ -125,6 +127,7 @@ async def test_committed_files_are_merged_and_each_response_stays_once(kafka_boo
     from baton_reward_logger.episodes import incarnation_tag
 
     await ensure_topics(kafka_bootstrap)
+    await skip_backlog(kafka_bootstrap, topics.GROUP_REWARD_LOGGER, topics.RESPONSES)
     root = str(tmp_path / "data")
     section = {**reward_logger_section(root), "flush_every": 1}
     ids = [uuid.uuid4().hex for _ in range(4)]
