@@ -33,7 +33,7 @@ from baton_executor.deltas import DeltaBatcher
 from baton_executor.limits import WorkerLimits
 from baton_executor.metrics import ExecutorMetrics
 from baton_executor.sharing import ShareExchange
-from baton_executor.step_runner import StepRunner
+from baton_executor.step_runner import StepRunner, expired
 from baton_platform import topics
 from baton_platform.consumer import Record
 from baton_platform.kafka import client_options, partition_ids, read_since
@@ -127,7 +127,9 @@ class TaskConsumer:
         if task.worker not in self.limits and self.added_workers is not None:
             for name, lim in self.added_workers().items():
                 await self.exchange.add(name, lim)
-        limits = self.limits.get(task.worker)
+        # An expired task takes no slot: it is answered at once with DEADLINE_EXCEEDED, so a backlog
+        # left by an overload drains at the speed of the bus, not of the provider's limits.
+        limits = None if expired(task) else self.limits.get(task.worker)
         if limits is not None:
             await limits.slots.acquire()  # full: wait here, and so stop fetching
         self.running[task.task_id] = [(tp, offset)]

@@ -41,6 +41,19 @@ def _wait(state: RetryCallState) -> float:
 
 
 
+def expired(task: tasks_pb2.Task) -> bool:
+    """Whether the task's request is past its deadline: its client has had its 504, so a call now
+    would be paid for an answer nobody reads."""
+    return bool(task.deadline_unix_ms) and time.time() * 1000 >= task.deadline_unix_ms
+
+
+class _Expired(ProviderError):
+    """The request's deadline passed before the provider was called."""
+
+    def __init__(self) -> None:
+        super().__init__("the request's deadline passed before the call", retryable=False)
+
+
 class _OutOfTime(stop_base):
     """Stops retrying when the next attempt would start after the step's deadline."""
 
@@ -79,11 +92,17 @@ class StepRunner:
         try:
             if worker is None or task.worker not in self._workers:
                 raise ProviderError(f"worker {task.worker!r} is not served by this executor", retryable=False)
+            if expired(task):
+                raise _Expired()
             reply = await self._call_with_retries(task, worker, deltas)
         except ProviderError as e:
+            code = WorkflowError.PROVIDER_ERROR
+            if isinstance(e, _Expired):
+                code = WorkflowError.DEADLINE_EXCEEDED
+                self._metrics.expired.labels(self._provider_name, task.worker).inc()
             event.step_failed.CopyFrom(workflow_pb2.StepFailed(
                 task_id=task.task_id, step=task.step, attempt=task.attempt, worker=task.worker,
-                error=common_pb2.Error(code=WorkflowError.PROVIDER_ERROR, message=e.reason), retryable=e.retryable,
+                error=common_pb2.Error(code=code, message=e.reason), retryable=e.retryable,
                 latency_ms=(time.perf_counter() - started) * 1000))
             return event
         usage = common_pb2.Usage(input_tokens=reply.input_tokens, output_tokens=reply.output_tokens,
@@ -112,9 +131,9 @@ class StepRunner:
         limits, m, name = self._limits[worker.name], self._metrics, worker.name
         estimate = estimate_tokens(messages, max_tokens)
         m.limit_wait.labels(self._provider_name, name).observe(await limits.admit(estimate))
-        if deadline is not None and deadline <= time.time():
+        if expired(task):  # it waited its turn under the limits past the deadline
             limits.settle(estimate, 0)
-            raise ProviderError("the request's deadline passed before the call", retryable=False)
+            raise _Expired()
         self.calling.add(task.task_id)
         call = ProviderCall(model=worker.model, messages=messages, max_tokens=max_tokens,
                             temperature=task.temperature if task.HasField("temperature") else None,
