@@ -314,13 +314,13 @@ class Tap:
         return [r for r in self.records if predicate(r)]
 
 
-def planned_event(rid: str, reply_partition: int = 2) -> bytes:
+def planned_event(rid: str, reply_partition: int = 2, deadline_unix_ms: int = 0) -> bytes:
     """A two-step plan (draft, then a check that reads the draft) for the synthesizer."""
     from baton.v1 import common_pb2, requests_pb2, workflow_pb2
     from baton_workflow import Plan, to_proto
 
     request = requests_pb2.ChatRequest(request_id=rid, messages=[common_pb2.ChatMessage(role="user", content="Q")],
-                                       reply_partition=reply_partition)
+                                       reply_partition=reply_partition, deadline_unix_ms=deadline_unix_ms)
     plan = to_proto(Plan(workers=["gemini-flash", "gemini-pro"], subtasks=["draft", "check"], access=[[], [0]]),
                     backend="static")
     return workflow_pb2.WorkflowEvent(request_id=rid, planned=workflow_pb2.WorkflowPlanned(

@@ -1,11 +1,14 @@
 """The synthesizer's workflow consumer, run in memory and on the real broker: a plan's steps are
 dispatched in order, each with what its access list names, and the answer goes to the partition of
-baton.responses that the asking gateway reads. (Restarts mid-workflow: test_synthesizer_kafka.py.)"""
+baton.responses that the asking gateway reads. A plan read after its request's deadline dispatches nothing. (Restarts mid-workflow:
+test_synthesizer_kafka.py.)"""
 
 from __future__ import annotations
 
+import time
 import uuid
 
+import httpx
 from testbed import completed, planned_event
 
 from baton.v1 import responses_pb2, tasks_pb2, workflow_pb2
@@ -52,3 +55,21 @@ async def test_an_event_that_is_not_a_workflow_event_is_dead_lettered_and_the_ne
     reasons = sorted(dict(r.headers)[topics.DLQ_REASON_HEADER].decode() for r in letters)
     assert reasons[0] == "WorkflowEvent with no event set" and "not a valid baton.v1.WorkflowEvent" in reasons[1]
     assert tasks_pb2.Task.FromString(task.value).task_id == f"{rid}:0:1"
+
+
+async def test_a_plan_read_after_its_deadline_is_ended_without_a_task_and_counted(bus):
+    app = create_app(bus.config(), tracer_provider=setup_tracing("t", set_global=False))
+    late, live = uuid.uuid4().hex, uuid.uuid4().hex
+    now_ms = int(time.time() * 1000)
+    async with bus.running(app, topics.tasks_topic("sim"), topics.RESPONSES) as seen:
+        # One key, so one partition in this order: the live plan is handled after the late one.
+        await bus.publish(app, topics.WORKFLOW, "k", planned_event(late, deadline_unix_ms=now_ms - 1000))
+        await bus.publish(app, topics.WORKFLOW, "k", planned_event(live, deadline_unix_ms=now_ms + 60_000))
+        (ended,) = await seen[topics.RESPONSES].wait(lambda r: r.key == late.encode())
+        await seen[topics.tasks_topic("sim")].wait(lambda r: r.key == live.encode())
+        dispatched = [r.key.decode() for r in seen[topics.tasks_topic("sim")].records]
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://synthesizer") as client:
+            metrics = (await client.get("/metrics")).text
+    assert responses_pb2.Response.FromString(ended.value).error.code == "deadline_exceeded"
+    assert late not in dispatched, "no provider is paid for an answer nobody waits for"
+    assert "baton_synthesizer_expired_total 1.0" in metrics

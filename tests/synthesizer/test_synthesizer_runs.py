@@ -21,7 +21,7 @@ def workflows(config, clock) -> Runs:
                 judge=config.judge, clock=clock)
 
 
-def setup(write_config, plan: Plan, step_timeout=60.0, fallback=None, budget=None, synthesizer=None):
+def setup(write_config, plan: Plan, step_timeout=60.0, fallback=None, budget=None, synthesizer=None, deadline_in_ms=0):
     from testbed import default_config_data
 
     data = default_config_data()
@@ -32,7 +32,8 @@ def setup(write_config, plan: Plan, step_timeout=60.0, fallback=None, budget=Non
     clock = Clock()
     wf = workflows(config, clock)
     request = requests_pb2.ChatRequest(request_id="r1", messages=[common_pb2.ChatMessage(role="user", content="Q?")],
-                                       created_unix_ms=clock.now, reply_partition=3, budget=budget)
+                                       created_unix_ms=clock.now, reply_partition=3, budget=budget,
+                                       deadline_unix_ms=clock.now + deadline_in_ms if deadline_in_ms else 0)
     run = wf.on_planned(workflow_pb2.WorkflowPlanned(request=request, plan=to_proto(plan, backend="static")))
     return wf, run, clock
 
@@ -115,6 +116,46 @@ def test_an_unanswered_step_times_out(write_config):
     assert expired_run is run and finish.response.error.code == "step_timeout"
     assert "not answered within 2 s" in finish.response.error.message
     assert wf.expired() == [], "a finished run does not time out twice"
+
+
+def test_a_plan_read_after_its_deadline_dispatches_nothing(write_config):
+    """A plan that waited in a backlog, or a run resumed after a restart, past the request's deadline."""
+    wf, run, clock = setup(write_config, Plan(workers=["gemini-pro"], subtasks=["a"], access=[[]]), deadline_in_ms=1000)
+    clock.now += 1001
+    (finish,) = wf.advance(run)
+    assert isinstance(finish, Finish) and finish.response.error.code == "deadline_exceeded"
+    assert not finish.response.episode.steps and run.finished
+
+
+def test_no_step_is_dispatched_after_the_deadline_but_a_finished_run_still_answers(write_config):
+    plan = Plan(workers=["gemini-pro", "gemini-flash"], subtasks=["a", "b"], access=[[], [0]])
+    wf, run, clock = setup(write_config, plan, deadline_in_ms=1000)
+    (first,) = wf.advance(run)
+    assert isinstance(first, Dispatch)
+    clock.now += 1500
+    wf.on_completed("r1", completed(0, "draft"))
+    (finish,) = wf.advance(run)
+    assert finish.response.error.code == "deadline_exceeded", "step 2 is not sent once the client has its 504"
+    assert [s.output for s in finish.response.episode.steps] == ["draft"]
+
+    wf, run, clock = setup(write_config, Plan(workers=["gemini-pro"], subtasks=["a"], access=[[]]), deadline_in_ms=1000)
+    wf.advance(run)
+    clock.now += 1500
+    wf.on_completed("r1", completed(0, "late but whole"))
+    (finish,) = wf.advance(run)
+    assert finish.response.answer == "late but whole", "nothing left to dispatch: the answer is kept for the episode"
+
+
+def test_a_step_the_executor_did_not_send_at_its_deadline_moves_to_no_fallback(write_config):
+    wf, run, clock = setup(write_config, Plan(workers=["gemini-pro"], subtasks=["a"], access=[[]]), fallback="llama-70b",
+                           deadline_in_ms=1000)
+    wf.advance(run)
+    clock.now += 1001
+    wf.on_failed("r1", workflow_pb2.StepFailed(step=0, attempt=1, error=common_pb2.Error(
+        code="deadline_exceeded", message="the request's deadline passed before the call")))
+    (finish,) = wf.advance(run)
+    assert isinstance(finish, Finish) and finish.response.error.code == "deadline_exceeded"
+    assert "step 1 (gemini-pro) failed: the request's deadline passed" in finish.response.error.message
 
 
 def test_results_read_back_after_a_restart_rebuild_the_run(write_config):

@@ -14,7 +14,7 @@ class WorkflowError(StrEnum):
     # A request's error, from the synthesizer.
     STEP_FAILED = "step_failed"  # a step failed for good: no fallback left
     STEP_TIMEOUT = "step_timeout"  # a step was not answered in time
-    DEADLINE_EXCEEDED = "deadline_exceeded"  # the request's deadline passed
+    DEADLINE_EXCEEDED = "deadline_exceeded"  # the request's deadline passed (a step's too: not sent to the provider)
     UNKNOWN_WORKER = "unknown_worker"  # the plan names a worker the synthesizer's configuration does not list
     BUDGET_EXCEEDED = "budget_exceeded"  # the next steps would go past the request's budget
 

@@ -60,8 +60,10 @@ def record_step(episode: responses_pb2.Episode, step: int, worker: str, attempt:
 
 
 def step_failure(step: int, worker: str, error: common_pb2.Error) -> common_pb2.Error:
-    """The request's error when a step failed for good (no fallback left)."""
-    return common_pb2.Error(code=WorkflowError.STEP_FAILED, message=f"step {step + 1} ({worker}) failed: {error.message}")
+    """The request's error when a step failed for good (no fallback left). A step not run because
+    the request's deadline passed ends the request with that code (a 504), not STEP_FAILED."""
+    code = WorkflowError.DEADLINE_EXCEEDED if error.code == WorkflowError.DEADLINE_EXCEEDED else WorkflowError.STEP_FAILED
+    return common_pb2.Error(code=code, message=f"step {step + 1} ({worker}) failed: {error.message}")
 
 
 def copy_answer_fields(into: responses_pb2.Response | workflow_pb2.StepCompleted,

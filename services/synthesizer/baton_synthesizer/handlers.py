@@ -33,6 +33,7 @@ from baton_platform.workerpool import WorkerPool
 from baton_synthesizer.metrics import SynthesizerMetrics
 from baton_synthesizer.runs import Action, Dispatch, Finish, Notify, Rate, Replan, Return, Run, Runs
 from baton_workflow import CONDUCTOR
+from baton_workflow.errors import WorkflowError
 
 log = logging.getLogger(__name__)
 
@@ -228,6 +229,8 @@ class RunConsumer:
                     outcome = action.response.WhichOneof("outcome")
                     self._metrics.responses.labels(outcome).inc()
                     ended = action.response.error.code if outcome == "error" else outcome
+                    if ended == WorkflowError.DEADLINE_EXCEEDED:
+                        self._metrics.expired.inc()
                     log.info("request %s ended (%s) after %d step(s)", action.response.request_id, ended,
                              len(action.response.episode.steps))
                     if action.report is not None:

@@ -227,7 +227,7 @@ class Runs:
             return self._judge(run, None)
         for step, error in sorted(run.errors.items()):
             fallback = None if run.workers[step] == CONDUCTOR else self._workers[run.workers[step]].fallback
-            if fallback and fallback != run.workers[step] and run.attempts[step] < 2:
+            if fallback and fallback != run.workers[step] and run.attempts[step] < 2 and not self._past_deadline(run):
                 del run.errors[step]
                 return [self._dispatch(run, step, fallback, run.attempts[step] + 1)] + self._decide(run)
             failure = step_failure(step, run.workers[step], error)
@@ -244,6 +244,11 @@ class Runs:
             answer = run.done[run.plan.steps - 1].output
             return self._judge(run, answer) if self._judges(run) else [self._finish(run, answer=answer)]
         ready = ready_steps(run.plan, set(run.done), run.started)
+        if ready and self._past_deadline(run):
+            # Its client already has its 504: a plan that waited past the deadline in a backlog,
+            # or a run resumed after a restart, dispatches nothing more and pays no provider.
+            return [self._finish(run, error=common_pb2.Error(
+                code=WorkflowError.DEADLINE_EXCEEDED, message="the request's deadline passed before its steps ran"))]
         over = self._over_budget(run, len(ready))
         if over:
             return [self._finish(run, error=common_pb2.Error(code=WorkflowError.BUDGET_EXCEEDED, message=over))]
@@ -301,7 +306,7 @@ class Runs:
                 i = late[0]
                 error = common_pb2.Error(code=WorkflowError.STEP_TIMEOUT, message=(
                     f"step {i + 1} ({run.workers[i]}) was not answered within {self._timeout_ms(run, i) / 1000:g} s"))
-            elif run.request.deadline_unix_ms and now > run.request.deadline_unix_ms:
+            elif self._past_deadline(run):
                 error = common_pb2.Error(code=WorkflowError.DEADLINE_EXCEEDED, message="the request's deadline passed")
             else:
                 continue
@@ -311,6 +316,9 @@ class Runs:
                 continue
             out.append((run, [self._finish(run, error=error)]))
         return out
+
+    def _past_deadline(self, run: Run) -> bool:
+        return bool(run.request.deadline_unix_ms) and self._clock() > run.request.deadline_unix_ms
 
     def _timeout_ms(self, run: Run, step: int) -> int:
         return self._conductor_timeout_ms if run.workers.get(step) == CONDUCTOR else self._step_timeout_ms
