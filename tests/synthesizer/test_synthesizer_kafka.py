@@ -8,7 +8,7 @@ import uuid
 
 from aiokafka import AIOKafkaProducer
 from faststream import TestApp
-from testbed import Tap, completed, config_for, ensure_topics, planned_event, publish, tracer
+from testbed import Tap, completed, config_for, ensure_topics, planned_event, publish, skip_backlog, tracer
 
 from baton.v1 import common_pb2, requests_pb2, responses_pb2, tasks_pb2, workflow_pb2
 from baton_platform import topics
@@ -169,3 +169,28 @@ async def test_a_replayed_workflow_past_its_deadline_is_answered_from_its_histor
             assert len(await responses.wait(lambda r: r.key == rid.encode(), count=2, timeout=2)) == 1
     response = responses_pb2.Response.FromString(resp.value)
     assert response.WhichOneof("outcome") == "answer" and response.answer == "ANSWER", response
+
+
+# Real broker only: whether a partition has history depends on the group's committed offsets.
+async def test_a_partition_committed_to_its_end_acts_on_new_plans_without_reading_back_responses(
+        kafka_bootstrap, write_config, monkeypatch):
+    from baton_synthesizer.handlers import RunConsumer
+
+    await ensure_topics(kafka_bootstrap)
+    await skip_backlog(kafka_bootstrap, topics.GROUP_SYNTHESIZER, topics.WORKFLOW)  # as a clean stop leaves it
+    scans = []
+    scan = RunConsumer._scan_responses
+
+    async def counted(self, runs):
+        scans.append([r.request.request_id for r in runs])
+        return await scan(self, runs)
+
+    monkeypatch.setattr(RunConsumer, "_scan_responses", counted)
+    config = config_for(write_config, kafka_bootstrap)
+    rid = uuid.uuid4().hex
+    async with Tap(kafka_bootstrap, topics.tasks_topic("sim")) as tasks:
+        async with TestApp(create_app(config, tracer_provider=tracer())):
+            await publish(kafka_bootstrap, topics.WORKFLOW, rid, planned_event(rid))
+            (task,) = await tasks.wait(lambda r: r.key == rid.encode())
+    assert tasks_pb2.Task.FromString(task.value).task_id == f"{rid}:0:1"
+    assert scans == [], "a new plan is no history: nothing to read back before acting on it"

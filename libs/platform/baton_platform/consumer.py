@@ -254,6 +254,11 @@ class Consumer(ConsumerRebalanceListener, Generic[M]):
         consumer = self._kafka_consumer()
         return consumer.highwater(tp) if consumer is not None else None
 
+    async def end_offsets(self, tps: set[TopicPartition]) -> dict[TopicPartition, int]:
+        """The partitions' end offsets, asked of the broker now; empty in memory."""
+        consumer = self._kafka_consumer()
+        return await consumer.end_offsets(list(tps)) if consumer is not None else {}
+
     def assignment(self) -> set[TopicPartition]:
         consumer = self._kafka_consumer()
         return set(consumer.assignment()) if consumer is not None else set()

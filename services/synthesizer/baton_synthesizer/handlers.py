@@ -65,7 +65,8 @@ class RunConsumer:
                              "Inner calls' results and exploration candidates' reports.")
         self.consumer = service.consumer(
             topics.WORKFLOW, workflow_pb2.WorkflowEvent, self.handle, group=topics.GROUP_SYNTHESIZER, tracked=True,
-            keep=True, on_revoked=self.revoked, after_each=self.advance, description="Plans and step results.")
+            keep=True, on_assigned=self.assigned, on_revoked=self.revoked, after_each=self.advance,
+            description="Plans and step results.")
         self.consumer.every(0.25, self.tick)
 
     async def tick(self) -> None:
@@ -75,6 +76,20 @@ class RunConsumer:
 
     def _replaying(self, run: Run) -> bool:
         return self._catchup_end.get(run.origin[0], 0) > 0
+
+    async def assigned(self, tps: set[TopicPartition]) -> None:
+        """Each partition's history: from the group's committed offset to the end found now. A
+        partition its last owner committed to the end has none, so its records are new plans acted on
+        at once, without the read-back of responses that resuming costs (half a second a partition,
+        one after another: seconds of new traffic held after every restart). Unknown here (in memory,
+        or the broker did not say): found at the partition's first record instead."""
+        try:
+            ends = await self.consumer.end_offsets(tps)
+            for tp, end in ends.items():
+                committed = await self.consumer.committed(tp)
+                self._catchup_end[tp] = 0 if committed is not None and committed >= end else end
+        except Exception as e:  # noqa: BLE001 - the first record finds the history's end instead
+            log.warning("end offsets of %s unknown (%s); found at each partition's first record", sorted(tps), e)
 
     async def revoked(self, tps: set[TopicPartition]) -> None:
         for rid, run in list(self.workflows.runs.items()):
