@@ -21,6 +21,7 @@ import os
 import random
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -208,7 +209,13 @@ def _child(argv: list[str]) -> int:
     line = sys.stdin.readline().split()
     start_at = float(line[1])  # time.monotonic() is one system-wide clock on Linux
     result = uvloop.run(_drive(load, args.rate, args.seed, start_at))
-    sys.stdout.write(json.dumps(result) + "\n")
+    # The result goes through a file, its path through the pipe: a result bigger than the pipe's
+    # 64 KiB buffer, read back through it, came out cut or garbled at that boundary now and then
+    # (seen after runs whose server went away mid-run).
+    fd, path = tempfile.mkstemp(prefix="baton-loadgen-", suffix=".json")
+    with os.fdopen(fd, "w") as out:
+        json.dump(result, out)
+    print(path, flush=True)
     return 0
 
 
@@ -229,6 +236,15 @@ def favour(pid: int, niceness: int = -5) -> bool:
         return False
 
 
+def _read_result(path: str) -> dict:
+    if not path:
+        raise RuntimeError("a load generator exited without a result (its error is above)")
+    try:
+        return json.loads(Path(path).read_text())
+    finally:
+        Path(path).unlink(missing_ok=True)
+
+
 def generate(load: Load) -> dict:
     """Run `load.procs` generator processes together; return merged records and a summary."""
     procs, favoured = [], True
@@ -246,7 +262,7 @@ def generate(load: Load) -> dict:
         for into, _ in pipes:
             into.write(f"go {start_at!r}\n")
             into.flush()
-        outputs = [json.loads(out.readline()) for _, out in pipes]
+        outputs = [_read_result(out.readline().strip()) for _, out in pipes]
     finally:
         for proc in procs:
             if proc.poll() is None:

@@ -330,6 +330,30 @@ def _plot_limits(data: dict, path: Path, plt) -> None:
     plt.close(fig)
 
 
+def _overload(data: dict, results: Path, plt) -> list[str]:
+    dropped = data["expired_after_restart"]
+    lines = [
+        "## 5. Overload, then a restart over its backlog",
+        "",
+        f"Through the same stack ({data['path']} path, request deadline {data['request_timeout_s']:g} s): a modest "
+        "rate, then an overload that leaves requests, plans and tasks queued on the broker, then every service "
+        f"stopped and started again (in {data['restart_s']:g} s, the broker's data kept) and the modest rate "
+        f"once more. **A run passes when** every request sent got an answer and p99 ≤ {data['p99_limit_ms']:g} ms. "
+        "After the restart, work whose deadline had passed is dropped at each hop before any provider call:",
+        "",
+        "| run | offered/s | seconds | sent | answered | shed (429) | errors | p50 ms | p99 ms | verdict |",
+        "|:--|---:|---:|---:|---:|---:|:--|---:|---:|:--|",
+    ]
+    for r in data["runs"]:
+        s = r["summary"]
+        errors = ", ".join(f"{k}: {v}" for k, v in sorted(s["errors"].items())) or "–"
+        lines.append(f"| {r['run']} | {_fmt(r['offered_rps'], 0)} | {r['seconds']:g} | {s['sent']} | {s['ok']} | "
+                     f"{s.get('shed', 0)} | {errors} | {_fmt(s['p50_ms'])} | {_fmt(s['p99_ms'])} | {r['verdict']} |")
+    lines += ["", "Dropped past their deadline after the restart: "
+              + ", ".join(f"`{name}` {value:g}" for name, value in dropped.items()) + ".", ""]
+    return lines
+
+
 def _pct(share: float) -> str:
     return f"{share * 100:.1f}%"
 
@@ -435,7 +459,7 @@ def _summary(present: dict) -> list[str]:
 
 
 def render(results: Path, echo=print) -> Path | None:
-    parts = {name: _load(results, name) for name in ("overhead", "throughput", "profile", "limits")}
+    parts = {name: _load(results, name) for name in ("overhead", "throughput", "profile", "limits", "overload")}
     present = {k: v for k, v in parts.items() if v}
     if not present:
         echo(f"no results in {results}: run bench/run.py first")
@@ -458,7 +482,7 @@ def render(results: Path, echo=print) -> Path | None:
     ]
     lines += _summary(present)
     for name, build in (("overhead", _overhead), ("throughput", _throughput), ("profile", _profile),
-                        ("limits", _limits)):
+                        ("limits", _limits), ("overload", _overload)):
         if name in present:
             section = build(present[name], results, plt)
             m = present[name]["meta"]

@@ -1,5 +1,5 @@
 """Baton's benchmarks: overhead against LiteLLM, sustained throughput, where the time goes (CPU profiles
-and per-hop latency from trace spans), and provider limits.
+and per-hop latency from trace spans), provider limits, and an overload followed by a restart.
 
     .venv/bin/python bench/run.py            # everything, about 10 minutes
     .venv/bin/python bench/run.py --quick    # a short run, about 3 minutes
@@ -30,6 +30,7 @@ from typing import Any
 
 import httpx
 import limits as limits_bench
+import overload
 import profiles
 import report
 import ttft
@@ -55,7 +56,7 @@ from baton_tools.standins.server import configure_standin
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 RESULTS = BENCH / "results"
-BENCHMARKS = ("overhead", "throughput", "profile", "limits")
+BENCHMARKS = ("overhead", "throughput", "profile", "limits", "overload")
 
 PROVIDER_LATENCY_MS = 50  # the stand-in's fixed answer time in the overhead and throughput runs
 PARTITIONS = 8
@@ -105,6 +106,12 @@ class Plan:
         self.profile_rate = args.profile_rate  # None: the highest rate the throughput run sustained
         self.profile_hz = 97  # py-spy samples per second per process; off any round timer period
         self.trace_sample = args.trace_sample
+        # Overload, then a restart over its backlog: past what the throughput run holds on this
+        # machine, then the rate the stack must serve in full at once after the restart.
+        self.overload_rps = 600.0 if quick else 700.0
+        self.overload_s = 10.0 if quick else 20.0
+        self.after_rps = 100.0
+        self.after_s = 10.0 if quick else 20.0
 
     def overhead_duration(self, rate: float) -> float:
         """Measured seconds per target: ~120+ samples at low rates, bounded so the run stays short."""
@@ -448,7 +455,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> None:
     echo(f"results in {RESULTS}; logs in {logs}")
 
     with contextlib.ExitStack() as cleanup:
-        http = bool({"overhead", "throughput", "profile"} & set(wanted))
+        http = bool({"overhead", "throughput", "profile", "overload"} & set(wanted))
         litellm = None
         if http:
             standin, standin_url = start_standin(logs, latency_ms=PROVIDER_LATENCY_MS)
@@ -505,6 +512,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> None:
                 pids = {s.name: s.pid for s in baton.services if s.pid}
                 data = bench_profile(plan, baton.base_url, meter, receiver, pids, rate)
                 write_json("profile", meta, data)
+            if "overload" in wanted:  # last: it restarts the stack's processes
+                write_json("overload", meta, overload.bench(plan, baton, echo, emit))
             baton.stop()
             standin.stop()
 
