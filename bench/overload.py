@@ -3,10 +3,10 @@
 An overload leaves requests, plans and tasks queued on the broker whose clients have long had their
 504. A stack restarted over that backlog must not work through it before new traffic (and must not
 pay providers for it): every hop drops work past its deadline, before any provider call, and counts
-it. Measured here as three loads through the same stack, in one run: the modest rate before, the
-overload, cut short by stopping every service as its last request is sent (its clients still
-waiting get errors: the queue they leave behind is the point), and the modest rate again as soon as
-every service has started again.
+it. Measured here as loads through the same stack, in one run: the modest rate before; again just
+after every service was restarted with nothing queued (a rollout); the overload, cut short by
+stopping every service as its last request is sent (its clients still waiting get errors: the queue
+they leave behind is the point); and the modest rate again as soon as every service is back.
 """
 
 from __future__ import annotations
@@ -22,26 +22,38 @@ EXPIRED = ("baton_router_expired_total", "baton_synthesizer_expired_total", "bat
 
 
 def bench(plan, stack, echo, emit) -> dict:
-    before = _load(plan, stack, "before", plan.after_rps, plan.after_s, seed=700, echo=echo, emit=emit)
+    modest = {"rate": plan.after_rps, "seconds": plan.after_s, "echo": echo, "emit": emit}
+    before = _load(plan, stack, "before", seed=700, **modest)
+    echo("restarting every service with nothing queued (as a rollout does) ...")
+    clean_s = _restart(stack, echo)
+    clean = _load(plan, stack, "after a clean restart", seed=701, **modest)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        overloading = pool.submit(_load, plan, stack, "overload (cut by the stop)", plan.overload_rps,
-                                  plan.overload_s, seed=701, echo=echo, emit=emit)
+        overloading = pool.submit(_load, plan, stack, "overload (cut by the stop)", rate=plan.overload_rps,
+                                  seconds=plan.overload_s, seed=702, echo=echo, emit=emit)
         time.sleep(plan.overload_s + 1.0)  # the generators' start, then the whole sending window
-        echo("stopping every service with the overload's backlog queued, the broker's data kept ...")
-        stopped = time.monotonic()
-        stack.stop()
+        echo("restarting every service with the overload's backlog queued, the broker's data kept ...")
+        backlog_s = _restart(stack, echo, then=overloading.result)
         over = overloading.result()
-    stack.start(echo=echo)
-    restart_s = round(time.monotonic() - stopped, 1)
-    after = _load(plan, stack, "after restart", plan.after_rps, plan.after_s, seed=702, echo=echo, emit=emit)
+    after = _load(plan, stack, "after a restart over the backlog", seed=703, **modest)
     dropped = expired_counts(stack)
     emit({"bench": "overload", "kind": "expired", **dropped})
-    return {"path": "direct" if plan.direct else "synthesizer", "restart_s": restart_s,
+    return {"path": "direct" if plan.direct else "synthesizer", "restart_s": {"clean": clean_s, "backlog": backlog_s},
             "request_timeout_s": plan.request_timeout_s, "p99_limit_ms": plan.p99_limit_ms,
-            "runs": [before, over, after], "expired_after_restart": dropped}
+            "runs": [before, clean, over, after], "expired_after_restart": dropped}
 
 
-def _load(plan, stack, name: str, rate: float, seconds: float, *, seed: int, echo, emit) -> dict:
+def _restart(stack, echo, then=None) -> float:
+    """Stop every service (and wait for `then`, the load cut by the stop), start them again; the
+    seconds from the stop to every service ready."""
+    stopped = time.monotonic()
+    stack.stop()
+    if then is not None:
+        then()
+    stack.start(echo=echo)
+    return round(time.monotonic() - stopped, 1)
+
+
+def _load(plan, stack, name: str, *, rate: float, seconds: float, seed: int, echo, emit) -> dict:
     echo(f"overload bench, {name}: {rate:g} workflows/s for {seconds:g} s ...")
     out = generate(Load(url=stack.base_url, model="baton", rate=rate, duration_s=seconds, warmup_s=0.0,
                         timeout_s=plan.request_timeout_s + 5, seed=seed, procs=procs_for(rate)))

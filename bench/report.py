@@ -332,14 +332,17 @@ def _plot_limits(data: dict, path: Path, plt) -> None:
 
 def _overload(data: dict, results: Path, plt) -> list[str]:
     dropped = data["expired_after_restart"]
+    took = data["restart_s"]
     lines = [
-        "## 5. Overload, then a restart over its backlog",
+        "## 5. Restarts, and an overload that ends well",
         "",
         f"Through the same stack ({data['path']} path, request deadline {data['request_timeout_s']:g} s): a modest "
-        "rate, then an overload that leaves requests, plans and tasks queued on the broker, then every service "
-        f"stopped and started again (in {data['restart_s']:g} s, the broker's data kept) and the modest rate "
-        f"once more. **A run passes when** every request sent got an answer and p99 ≤ {data['p99_limit_ms']:g} ms. "
-        "After the restart, work whose deadline had passed is dropped at each hop before any provider call:",
+        f"rate; again just after every service was restarted with nothing queued (in {took['clean']:g} s, stop to "
+        "ready, as a rollout does); an overload, cut short by stopping every service as its last request is sent, "
+        "which leaves requests, plans and tasks queued on the broker; and the modest rate again once every "
+        f"service is back (in {took['backlog']:g} s, the broker's data kept). **A run passes when** every request "
+        f"sent got an answer and p99 ≤ {data['p99_limit_ms']:g} ms. After the restart over the backlog, work whose "
+        "deadline had passed is dropped at each hop before any provider call:",
         "",
         "| run | offered/s | seconds | sent | answered | shed (429) | errors | p50 ms | p99 ms | verdict |",
         "|:--|---:|---:|---:|---:|---:|:--|---:|---:|:--|",

@@ -1,9 +1,10 @@
 """Baton's benchmarks: overhead against LiteLLM, sustained throughput, where the time goes (CPU profiles
 and per-hop latency from trace spans), provider limits, and an overload followed by a restart.
 
-    .venv/bin/python bench/run.py            # everything, about 10 minutes
-    .venv/bin/python bench/run.py --quick    # a short run, about 3 minutes
+    .venv/bin/python bench/run.py            # everything, about 15 minutes
+    .venv/bin/python bench/run.py --quick    # a short run, about 5 minutes
     .venv/bin/python bench/run.py --only overhead,limits
+    .venv/bin/python bench/run.py --only overload --no-direct   # restarts and an overload, through the synthesizer
     .venv/bin/python bench/run.py --only profile --profile-rate 30   # profiles and per-hop latency only
     .venv/bin/python bench/run.py --report-only   # redraw REPORT.md from the last JSON files
 
@@ -528,7 +529,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="a short run (about 3 minutes)")
+    p.add_argument("--quick", action="store_true", help="a short run (about 5 minutes)")
     p.add_argument("--only", default="", help=f"comma-separated subset of: {', '.join(BENCHMARKS)}")
     p.add_argument("--rates", type=lambda s: [float(x) for x in s.split(",")], default=None,
                    help="overhead: request rates (req/s), comma-separated")
