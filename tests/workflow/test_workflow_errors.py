@@ -28,3 +28,12 @@ def test_the_gateway_answers_504_when_time_ran_out_and_502_otherwise(code):
         check_final("r1", response)
     assert failed.value.status == (504 if code in TIMEOUTS else 502) and failed.value.code == code.value
     assert (code.value in TIMEOUTS) == (code in {"step_timeout", "deadline_exceeded"})
+
+
+def test_a_deadline_has_come_at_its_own_millisecond_and_zero_means_none():
+    from baton_workflow.steps import past_deadline
+
+    assert not past_deadline(0, now_ms=10**15), "0: the request has no deadline"
+    assert not past_deadline(1_000, now_ms=999.9)
+    assert past_deadline(1_000, now_ms=1_000), "the gateway answers 504 at the deadline itself"
+    assert past_deadline(1, now_ms=None), "without a clock given, the wall clock"

@@ -4,12 +4,20 @@ one-step workflow between them (`router.direct_single_step`)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 
 from baton.v1 import common_pb2, requests_pb2, responses_pb2, tasks_pb2, workflow_pb2
 from baton_workflow.context import query_text, step_messages, turn
 from baton_workflow.errors import WorkflowError
 from baton_workflow.plan import Plan
+
+
+def past_deadline(deadline_unix_ms: int, now_ms: float | None = None) -> bool:
+    """Whether a request's deadline (0: none) has come: its client has had the gateway's 504, so work
+    for it now pays for an answer nobody reads. Every hop asks this before spending anything on it."""
+    now = time.time() * 1000 if now_ms is None else now_ms
+    return bool(deadline_unix_ms) and now >= deadline_unix_ms
 
 
 def answer_options(request: requests_pb2.ChatRequest, into: tasks_pb2.Task | requests_pb2.ChatRequest) -> None:

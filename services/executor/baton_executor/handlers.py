@@ -33,14 +33,14 @@ from baton_executor.deltas import DeltaBatcher
 from baton_executor.limits import WorkerLimits
 from baton_executor.metrics import ExecutorMetrics
 from baton_executor.sharing import ShareExchange
-from baton_executor.step_runner import StepRunner, expired
+from baton_executor.step_runner import StepRunner
 from baton_platform import topics
 from baton_platform.consumer import Record
 from baton_platform.kafka import client_options, partition_ids, read_since
 from baton_platform.messages import PoisonMessage
 from baton_platform.service import Service
 from baton_workflow.errors import WorkflowError
-from baton_workflow.steps import one_step_response
+from baton_workflow.steps import one_step_response, past_deadline
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ class TaskConsumer:
                 await self.exchange.add(name, lim)
         # An expired task takes no slot: it is answered at once with DEADLINE_EXCEEDED, so a backlog
         # left by an overload drains at the speed of the bus, not of the provider's limits.
-        limits = None if expired(task) else self.limits.get(task.worker)
+        limits = None if past_deadline(task.deadline_unix_ms) else self.limits.get(task.worker)
         if limits is not None:
             await limits.slots.acquire()  # full: wait here, and so stop fetching
         self.running[task.task_id] = [(tp, offset)]

@@ -26,6 +26,7 @@ from baton_executor.providers.sim import SimProvider
 from baton_platform.config import WorkerConfig
 from baton_workflow import turn
 from baton_workflow.errors import WorkflowError
+from baton_workflow.steps import past_deadline
 
 
 def _retryable(e: BaseException) -> bool:
@@ -39,12 +40,6 @@ def _wait(state: RetryCallState) -> float:
     hint = e.retry_after_s if isinstance(e, ProviderError) and e.retry_after_s else 0.0
     return max(base, hint)
 
-
-
-def expired(task: tasks_pb2.Task) -> bool:
-    """Whether the task's request is past its deadline: its client has had its 504, so a call now
-    would be paid for an answer nobody reads."""
-    return bool(task.deadline_unix_ms) and time.time() * 1000 >= task.deadline_unix_ms
 
 
 class _Expired(ProviderError):
@@ -92,7 +87,7 @@ class StepRunner:
         try:
             if worker is None or task.worker not in self._workers:
                 raise ProviderError(f"worker {task.worker!r} is not served by this executor", retryable=False)
-            if expired(task):
+            if past_deadline(task.deadline_unix_ms):
                 raise _Expired()
             reply = await self._call_with_retries(task, worker, deltas)
         except ProviderError as e:
@@ -131,7 +126,7 @@ class StepRunner:
         limits, m, name = self._limits[worker.name], self._metrics, worker.name
         estimate = estimate_tokens(messages, max_tokens)
         m.limit_wait.labels(self._provider_name, name).observe(await limits.admit(estimate))
-        if expired(task):  # it waited its turn under the limits past the deadline
+        if past_deadline(task.deadline_unix_ms):  # it waited its turn under the limits past the deadline
             limits.settle(estimate, 0)
             raise _Expired()
         self.calling.add(task.task_id)

@@ -19,7 +19,7 @@ from baton_router.exploration import candidates, explores
 from baton_router.metrics import PlanningMetrics, PolicyMetrics
 from baton_router.planning import Planner
 from baton_workflow import CONDUCTOR, from_proto
-from baton_workflow.steps import step_task
+from baton_workflow.steps import past_deadline, step_task
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def register(service: Service, settings: RouterConfig, planner: Planner, backend
     async def plan_request(request: requests_pb2.ChatRequest, record: Record) -> None:
         if not request.request_id:
             raise PoisonMessage("ChatRequest without request_id")
-        if request.deadline_unix_ms and time.time() * 1000 > request.deadline_unix_ms:
+        if past_deadline(request.deadline_unix_ms):
             # Its client already has its 504 (the gateway answers at the deadline): planning it would
             # spend the conductor on an answer nobody waits for, and lengthen a backlog's drain.
             metrics.expired.inc()

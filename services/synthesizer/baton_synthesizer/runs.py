@@ -33,7 +33,14 @@ from baton_platform.workerpool import WorkerPool
 from baton_synthesizer.judge import best, judge_messages, parse_scores
 from baton_workflow import CONDUCTOR, Plan, from_proto, query_text, readable_steps, ready_steps, turn
 from baton_workflow.errors import WorkflowError
-from baton_workflow.steps import answer_options, copy_answer_fields, record_step, step_failure, step_task
+from baton_workflow.steps import (
+    answer_options,
+    copy_answer_fields,
+    past_deadline,
+    record_step,
+    step_failure,
+    step_task,
+)
 
 log = logging.getLogger(__name__)
 
@@ -318,7 +325,7 @@ class Runs:
         return out
 
     def _past_deadline(self, run: Run) -> bool:
-        return bool(run.request.deadline_unix_ms) and self._clock() > run.request.deadline_unix_ms
+        return past_deadline(run.request.deadline_unix_ms, self._clock())
 
     def _timeout_ms(self, run: Run, step: int) -> int:
         return self._conductor_timeout_ms if run.workers.get(step) == CONDUCTOR else self._step_timeout_ms
