@@ -145,18 +145,45 @@ def _reap(pid: int) -> None:
 # --- ports and readiness ------------------------------------------------------------------------
 
 
-def free_ports(count: int) -> list[int]:
-    """`count` distinct free loopback ports (all sockets stay open until every port is picked)."""
-    socks = []
+def _ephemeral_start() -> int:
+    """The first port the kernel hands out to outgoing connections and to bind(0) (Linux's default 32768)."""
     try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+_PICKED: set[int] = set()
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct loopback ports that are free now and that this process never handed out before.
+
+    They are drawn at random below the kernel's ephemeral range: a port bind(0) chose could be chosen
+    again by the next call, or taken as the local port of some outgoing connection, before the server
+    it was picked for binds it (a stack whose two services got one port ran with one of them exited)."""
+    import random
+
+    low, high = 10000, _ephemeral_start()
+    if high - low < 1000:
+        low, high = 1024, 65536
+    ports: list[int] = []
+    for _ in range(50 * count + 1000):
+        if len(ports) == count:
+            return ports
+        port = random.randrange(low, high)
+        if port in _PICKED or port in ports:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        ports.append(port)
+        _PICKED.add(port)
+    if len(ports) < count:
+        raise RuntimeError(f"no {count} free loopback ports found in {low}-{high - 1}")
+    return ports
 
 
 def free_port() -> int:

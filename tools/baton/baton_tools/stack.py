@@ -257,6 +257,12 @@ class Stack:
                     raise TimeoutError(f"not ready after {time.monotonic() - started:.0f} s: {svc.name}; "
                                        f"its log ({svc.log}) ends:\n{procs.tail(svc.log, 10)}")
             time.sleep(0.3)
+        # A service that exited at once (its port taken) can look ready while something else answers on
+        # its port: every one must still run once all are.
+        gone = [svc for svc in self.services if not procs.alive(svc.pid)]
+        if gone:
+            raise RuntimeError(f"{gone[0].name} exited during start; its log ({gone[0].log}) ends:\n"
+                               f"{procs.tail(gone[0].log)}")
 
     def _write_state(self) -> None:
         state = {
