@@ -16,6 +16,8 @@ every consumer of the suite needs and none should write again:
   such as the end of a partition's history, must see poison records too);
 - rebalances: `on_assigned` runs before any record of the new assignment is handled (recovery
   reads), `on_revoked` before the revoked partitions' final commit;
+- membership: `in_group` says whether the group's coordinator confirmed this member recently
+  enough that no other member can hold its partitions (a handler about to spend money asks it);
 - lag: `end_offset` and `assignment` answer from the real consumer, and None / empty in memory
   (FastStream's test broker has no Kafka consumer), so handlers need not know which they run on;
 - tracing: each record is handled in a `<topic> process` span whose parent is the context its
@@ -196,6 +198,10 @@ class Consumer(ConsumerRebalanceListener, Generic[M]):
         # the new partitions, and none of their records may be handled before it returns.
         self._assigned = asyncio.Event()
         self._assigned.set()
+        # When the group's coordinator last confirmed this member (a join, or a heartbeat it answered),
+        # and for how long such a confirmation holds: see `in_group`.
+        self._confirmed_at: float | None = None
+        self._confirmation_s = (kafka.session_timeout_ms - kafka.heartbeat_interval_ms) / 1000
         options: dict[str, Any] = {"auto_offset_reset": offset_reset}
         if group is not None:
             options = {**consumer_options(kafka), **options, "group_id": group, "listener": self}
@@ -272,6 +278,34 @@ class Consumer(ConsumerRebalanceListener, Generic[M]):
         """The group's committed offset of `tp`, asked of the broker; None when none is (or in memory)."""
         consumer = self._kafka_consumer()
         return await consumer.committed(tp) if consumer is not None else None
+
+    def in_group(self) -> bool:
+        """Whether the group's coordinator confirmed this member less than a session timeout (less one
+        heartbeat interval) ago. Until then no other member can hold this one's partitions: a rebalance
+        waits for this member to give them up. Once it lapses (the broker away, or this member dropped
+        from the group and not told yet), another member may already be handling the same records.
+        Always True in memory and for a consumer without a group."""
+        if self.group is None or self._kafka_consumer() is None:
+            return True
+        return self._confirmed_at is not None and time.monotonic() - self._confirmed_at < self._confirmation_s
+
+    def _watch_heartbeats(self, consumer: AIOKafkaConsumer) -> None:
+        """Note each heartbeat the coordinator answers as this member's. aiokafka keeps that time to
+        itself, so its heartbeat call (GroupCoordinator._do_heartbeat: True when answered, also while
+        the group rebalances, when this member still holds its partitions) is wrapped, once."""
+        coordinator = getattr(consumer, "_coordinator", None)
+        beat = getattr(coordinator, "_do_heartbeat", None)
+        if beat is None or getattr(beat, "baton_watched", False):
+            return
+
+        async def watched() -> bool:
+            answered = await beat()
+            if answered:
+                self._confirmed_at = time.monotonic()
+            return answered
+
+        watched.baton_watched = True  # type: ignore[attr-defined]
+        coordinator._do_heartbeat = watched  # type: ignore[union-attr]
 
     def partition_count(self) -> int:
         consumer = self._kafka_consumer()
@@ -351,6 +385,11 @@ class Consumer(ConsumerRebalanceListener, Generic[M]):
             self.tracker.forget(revoked)
 
     async def on_partitions_assigned(self, assigned) -> None:
+        # The group's join and sync just succeeded: this member is confirmed as of now.
+        self._confirmed_at = time.monotonic()
+        consumer = self._kafka_consumer()
+        if consumer is not None:
+            self._watch_heartbeats(consumer)
         if self._on_assigned is None:
             return
         self._assigned.clear()

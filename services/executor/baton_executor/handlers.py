@@ -10,6 +10,8 @@
   past the committed offset may include some whose results were already published. Before running
   any of them the replica reads the results written since the oldest such task, and skips those
   tasks: a step that completed is never run again.
+- Fencing: no provider call starts while the group has not confirmed this replica lately
+  (`Consumer.in_group`, asked by the step runner): another replica may own the task by then.
 - A record's offset is finished only once its task's result is published. A redelivered copy of a
   task whose call is still running here (its partition came back to this replica) waits on that
   call instead of being finished at once, so a crash before the publish re-reads it. A result that
@@ -100,6 +102,7 @@ class TaskConsumer:
             on_assigned=self.assigned, on_revoked=self.revoked, on_stop=self.drain,
             description=f"Steps for the {provider} workers.")
         self.tracker = self.consumer.tracker
+        runner.in_group = self.consumer.in_group  # no call starts on a task another replica may own
         metrics.lag.labels(provider, self.topic).set_function(self._lag)
         self.exchange = ShareExchange(service, provider, limits, backlog=lambda: int(self._lag()),
                                       on_share=metrics.share.labels(provider).set)

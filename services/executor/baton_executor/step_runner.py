@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import logging
 import time
+from collections.abc import Callable
 
 from opentelemetry.trace import SpanKind, Tracer
 from tenacity import (
@@ -27,6 +30,11 @@ from baton_platform.config import WorkerConfig
 from baton_workflow import turn
 from baton_workflow.errors import WorkflowError
 from baton_workflow.steps import past_deadline
+
+log = logging.getLogger(__name__)
+
+# How often a held call looks again whether the group has confirmed this replica.
+_HOLD_POLL_S = 0.1
 
 
 def _retryable(e: BaseException) -> bool:
@@ -71,6 +79,9 @@ class StepRunner:
         # Tasks whose provider call has begun (admitted by the limits). A task still waiting for its
         # turn has cost nothing yet, so a replica losing its partition may drop it at once.
         self.calling: set[str] = set()
+        # Whether this replica's consumer group still confirms it as the owner of its partitions
+        # (`Consumer.in_group`; the Kafka wiring sets it). No call starts while it says no.
+        self.in_group: Callable[[], bool] = lambda: True
 
     async def run(self, task: tasks_pb2.Task, deltas: DeltaBatcher | None = None) -> workflow_pb2.WorkflowEvent:
         try:
@@ -108,6 +119,24 @@ class StepRunner:
             tool_calls=tool_calls_proto(reply), finish_reason=finish_reason(reply), logprobs=logprobs_proto(reply)))
         return event
 
+    async def _owned(self, task: tasks_pb2.Task) -> None:
+        """Return once the call may start: the deadline has not passed (a task may wait its turn under
+        the limits past it) and the group confirms this replica still owns the task's partition. While
+        it does not (the broker away, or this replica dropped from the group and not told yet), another
+        replica may be running the same task, so the call waits: for a confirmation, or for the
+        revocation that cancels it, leaving the task to its new owner."""
+        held = False
+        while True:
+            if past_deadline(task.deadline_unix_ms):
+                raise _Expired()
+            if self.in_group():
+                return
+            if not held:
+                held = True
+                self._metrics.held.labels(self._provider_name).inc()
+                log.warning("task %s held: the consumer group has not confirmed this replica lately", task.task_id)
+            await asyncio.sleep(_HOLD_POLL_S)
+
     async def _call_with_retries(self, task: tasks_pb2.Task, worker: WorkerConfig,
                                  deltas: DeltaBatcher | None) -> ProviderReply:
         deadline = task.deadline_unix_ms / 1000 if task.deadline_unix_ms else None
@@ -126,9 +155,11 @@ class StepRunner:
         limits, m, name = self._limits[worker.name], self._metrics, worker.name
         estimate = estimate_tokens(messages, max_tokens)
         m.limit_wait.labels(self._provider_name, name).observe(await limits.admit(estimate))
-        if past_deadline(task.deadline_unix_ms):  # it waited its turn under the limits past the deadline
+        try:
+            await self._owned(task)
+        except BaseException:  # expired, or cancelled because the partition moved: nothing was spent
             limits.settle(estimate, 0)
-            raise _Expired()
+            raise
         self.calling.add(task.task_id)
         call = ProviderCall(model=worker.model, messages=messages, max_tokens=max_tokens,
                             temperature=task.temperature if task.HasField("temperature") else None,

@@ -1,0 +1,114 @@
+"""Fencing: an executor replica starts no provider call while its consumer group has not confirmed it
+lately (the broker away, or the replica dropped from the group and not told yet), since another
+replica may own the task's partition by then and run the same task. `Consumer.in_group` says so,
+from the group's own answers: checked here on a broker of its own, paused and resumed."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+import uuid
+
+import pytest
+from prometheus_client import CollectorRegistry
+from testbed import Bus, first_question, wait_for
+
+from baton.v1 import common_pb2, requests_pb2, tasks_pb2
+from baton_executor.main import worker_limits
+from baton_executor.metrics import ExecutorMetrics
+from baton_executor.providers.registry import build_workers
+from baton_executor.step_runner import StepRunner
+from baton_platform import topics
+from baton_platform.config import load_config
+from baton_platform.service import Service
+from baton_platform.telemetry import setup_tracing
+from baton_tools import procs
+from baton_tools.kafka import LocalKafka
+from baton_workflow.errors import WorkflowError
+
+
+def sim_runner(write_config) -> tuple[StepRunner, ExecutorMetrics, dict]:
+    config = load_config(write_config())
+    configs = {w.name: w for w in config.workers if w.provider == "sim"}
+    limits = {w.name: worker_limits(w) for w in configs.values()}
+    metrics = ExecutorMetrics(CollectorRegistry(), "sim")
+    tracer = setup_tracing("t", set_global=False).get_tracer("t")
+    runner = StepRunner(build_workers(config.workers, "sim", None), configs, limits, tracer, metrics, max_attempts=1)
+    return runner, metrics, limits
+
+
+def sim_task() -> tasks_pb2.Task:
+    query, rid = first_question()["prompt"], uuid.uuid4().hex
+    return tasks_pb2.Task(task_id=f"{rid}:0:1", request_id=rid, step=0, attempt=1, worker="gemini-pro", query=query,
+                          messages=[common_pb2.ChatMessage(role="user", content=query)],
+                          deadline_unix_ms=int(time.time() * 1000) + 60_000)
+
+
+def calls(metrics: ExecutorMetrics) -> float:
+    return metrics.requests.labels("sim", "gemini-pro")._value.get()
+
+
+async def test_a_call_waits_until_the_group_confirms_the_replica(write_config):
+    runner, metrics, _ = sim_runner(write_config)
+    confirmed = False
+    runner.in_group = lambda: confirmed
+    task = sim_task()
+    job = asyncio.create_task(runner.run(task))
+    await asyncio.sleep(0.5)
+    assert not job.done() and calls(metrics) == 0 and task.task_id not in runner.calling
+    assert metrics.held.labels("sim")._value.get() == 1
+    confirmed = True
+    event = await asyncio.wait_for(job, 5)
+    assert event.WhichOneof("event") == "step_completed" and calls(metrics) == 1
+
+
+async def test_a_held_call_cancelled_by_a_revocation_spends_nothing(write_config, monkeypatch):
+    runner, metrics, limits = sim_runner(write_config)
+    runner.in_group = lambda: False
+    settled = []
+    gemini = limits["gemini-pro"]
+    monkeypatch.setattr(gemini, "settle", lambda estimate, actual: settled.append((estimate, actual)))
+    job = asyncio.create_task(runner.run(sim_task()))
+    await asyncio.sleep(0.3)
+    job.cancel()  # what the executor's revocation does to a task whose call has not begun
+    with pytest.raises(asyncio.CancelledError):
+        await job
+    assert calls(metrics) == 0
+    assert len(settled) == 1 and settled[0][1] == 0, "the tokens it was admitted with go back to the limits"
+
+
+async def test_a_held_call_past_its_deadline_ends_as_expired(write_config):
+    runner, metrics, _ = sim_runner(write_config)
+    runner.in_group = lambda: False
+    task = sim_task()
+    task.deadline_unix_ms = int(time.time() * 1000) + 300
+    event = await asyncio.wait_for(runner.run(task), 5)
+    assert event.step_failed.error.code == WorkflowError.DEADLINE_EXCEEDED
+    assert calls(metrics) == 0 and metrics.expired.labels("sim", "gemini-pro")._value.get() == 1
+
+
+async def test_membership_lapses_while_the_broker_is_paused_and_comes_back_with_it(write_config, tmp_path):
+    with LocalKafka(data_dir=tmp_path / "kafka", log_file=tmp_path / "kafka.log") as broker:
+        bus = Bus("kafka", write_config, broker.bootstrap_servers)
+        config = bus.config()  # session timeout 6 s, a heartbeat a second: confirmed for 5 s at a time
+        service = Service.create("baton-fence-test", config.kafka)
+
+        async def handle(request: requests_pb2.ChatRequest, record) -> None:
+            return None
+
+        consumer = service.consumer(topics.REQUESTS, requests_pb2.ChatRequest, handle,
+                                    group=f"fence-{uuid.uuid4().hex[:8]}", tracked=True)
+        async with bus.running(service.asgi_app()):
+            assert consumer.in_group()
+            await asyncio.sleep(7)
+            assert consumer.in_group(), "heartbeats the coordinator answered keep it confirmed past the join"
+            procs.signal_group(broker.pid, signal.SIGSTOP)
+            try:
+                paused = time.monotonic()
+                assert await asyncio.to_thread(wait_for, lambda: not consumer.in_group(), 10)
+                lapsed_after = time.monotonic() - paused
+            finally:
+                procs.signal_group(broker.pid, signal.SIGCONT)
+            assert lapsed_after < 6, f"lapsed {lapsed_after:.1f} s after the broker paused, within a session timeout"
+            assert await asyncio.to_thread(wait_for, consumer.in_group, 40), "confirmed again once the broker is back"
