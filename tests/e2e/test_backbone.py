@@ -59,6 +59,7 @@ def stack(kafka_bootstrap, standin, tmp_path_factory):
                                         f"draft-check,regex,{DRAFT_CHECK}\n")
     data["reward_logger"]["eval_sets"]["checks"] = {"path": "checks.csv"}
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+           "OTEL_TRACES_SAMPLER": "parentbased_always_on",
            "OTEL_BSP_SCHEDULE_DELAY": "200", "BATON_API_KEYS": f"others:{hash_key('other-key')}",
            "LOCAL_LLM_KEY": PROVIDER_KEY}
     try:

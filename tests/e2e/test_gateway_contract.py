@@ -65,6 +65,7 @@ def stack(kafka_bootstrap, standin, tmp_path_factory):
         {"name": "reviewers"},  # its key comes from the environment, as the chart's Secret gives it
     ]
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+           "OTEL_TRACES_SAMPLER": "parentbased_always_on",
            "OTEL_BSP_SCHEDULE_DELAY": "200", "LOCAL_LLM_KEY": PROVIDER_KEY,
            "BATON_API_KEYS": f"reviewers:{hash_key(FEEDBACK_KEY)}:feedback"}
     try:

@@ -26,6 +26,7 @@ every consumer of the suite needs and none should write again:
 A `Publisher` is a declared FastStream publisher for one topic and message type: AsyncAPI documents
 it and FastStream's test broker routes it. Each send is a `<topic> publish` span, and its context
 goes in the record's `traceparent` header: one trace follows a request through every service.
+In a trace that is not sampled neither span is made (`telemetry.span`); the context still travels.
 
 Trace context is propagated here rather than by FastStream's telemetry middleware, which built
 several objects and often an extra span per record, and parented a handler's sends on the upstream
@@ -56,6 +57,7 @@ from baton_platform.config import KafkaConfig
 from baton_platform.kafka import MAX_RECORD_BYTES, RECORD_OVERHEAD_BYTES, consumer_options
 from baton_platform.messages import PoisonMessage, decode, encode
 from baton_platform.offsets import CommitPacer, OffsetTracker
+from baton_platform.telemetry import span
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=Message)
@@ -119,8 +121,7 @@ class Publisher:
             raise PoisonMessage(f"a {self.topic} record of {len(body)} bytes would be over the "
                                 f"{MAX_RECORD_BYTES}-byte record limit")
         headers = dict(headers) if headers else {}
-        with self._tracer.start_as_current_span(self._span_name, kind=SpanKind.PRODUCER,
-                                                attributes=self._span_attributes):
+        with span(self._tracer, self._span_name, kind=SpanKind.PRODUCER, attributes=self._span_attributes):
             _TRACE_CONTEXT.inject(headers)
             ack = await self._out.publish(body, key=key if isinstance(key, bytes) else key.encode(),
                                           partition=partition, headers=headers, no_confirm=record is not None)
@@ -345,8 +346,9 @@ class Consumer(ConsumerRebalanceListener, Generic[M]):
         if self.tracked:
             await self._assigned.wait()
             self.tracker.begin(record.tp, record.offset)
-        with self._tracer.start_as_current_span(
-                self._span_name, context=_TRACE_CONTEXT.extract(_trace_carrier(raw.headers)), kind=SpanKind.CONSUMER,
+        with span(
+                self._tracer, self._span_name, context=_TRACE_CONTEXT.extract(_trace_carrier(raw.headers)),
+                kind=SpanKind.CONSUMER,
                 attributes={"messaging.system": "kafka", "messaging.destination.name": raw.topic,
                             "messaging.operation": "process", "messaging.destination.partition.id": str(raw.partition),
                             "messaging.kafka.offset": raw.offset}):

@@ -27,6 +27,7 @@ from baton_executor.metrics import ExecutorMetrics
 from baton_executor.providers.base import Provider, ProviderCall, ProviderError, ProviderReply
 from baton_executor.providers.sim import SimProvider
 from baton_platform.config import WorkerConfig
+from baton_platform.telemetry import span
 from baton_workflow import turn
 from baton_workflow.errors import WorkflowError
 from baton_workflow.steps import past_deadline
@@ -206,8 +207,7 @@ class StepRunner:
                 emit(text)
 
             call = dataclasses.replace(call, on_delta=on_delta)
-        with self._tracer.start_as_current_span(f"chat {worker.model}", kind=SpanKind.CLIENT,
-                                                attributes=attributes) as span:
+        with span(self._tracer, f"chat {worker.model}", kind=SpanKind.CLIENT, attributes=attributes) as current:
             provider = self._workers[task.worker]
             try:
                 if isinstance(provider, SimProvider):
@@ -216,19 +216,19 @@ class StepRunner:
                     reply = await provider.complete(call)
             except ProviderError as e:
                 error = str(e.status) if e.status else "provider_error"
-                span.set_attribute("error.type", error)
+                current.set_attribute("error.type", error)
                 self._metrics.gen_ai_duration.labels(*labels, error).observe(time.perf_counter() - started)
                 raise
             m = self._metrics
             m.gen_ai_duration.labels(*labels, "").observe(time.perf_counter() - started)
             m.gen_ai_tokens.labels(*labels, "input").observe(reply.input_tokens)
             m.gen_ai_tokens.labels(*labels, "output").observe(reply.output_tokens)
-            span.set_attribute("gen_ai.response.model", reply.model)
-            span.set_attribute("gen_ai.usage.input_tokens", reply.input_tokens)
-            span.set_attribute("gen_ai.usage.output_tokens", reply.output_tokens)
+            current.set_attribute("gen_ai.response.model", reply.model)
+            current.set_attribute("gen_ai.usage.input_tokens", reply.input_tokens)
+            current.set_attribute("gen_ai.usage.output_tokens", reply.output_tokens)
             if reply.finish_reason:
-                span.set_attribute("gen_ai.response.finish_reasons", [reply.finish_reason])
+                current.set_attribute("gen_ai.response.finish_reasons", [reply.finish_reason])
             if first_chunk:
-                span.set_attribute("gen_ai.response.time_to_first_chunk", first_chunk[0])
+                current.set_attribute("gen_ai.response.time_to_first_chunk", first_chunk[0])
                 m.gen_ai_first_chunk.labels(*labels).observe(first_chunk[0])
             return reply

@@ -15,6 +15,7 @@ from baton_platform.config import DEFAULT_POLICY_NAME, RouterConfig, WorkerConfi
 from baton_platform.consumer import Record
 from baton_platform.messages import PoisonMessage
 from baton_platform.service import Service
+from baton_platform.telemetry import span
 from baton_router.exploration import candidates, explores
 from baton_router.metrics import PlanningMetrics, PolicyMetrics
 from baton_router.planning import Planner
@@ -74,14 +75,14 @@ def register(service: Service, settings: RouterConfig, planner: Planner, backend
         group = candidates(request, settings.explore_group_size) if explore else [request]
         for candidate in group:
             started = time.perf_counter()
-            with tracer.start_as_current_span("plan") as span:
+            with span(tracer, "plan") as current:
                 result = await planner.plan(candidate)
-                span.set_attribute("baton.request_id", candidate.request_id)
-                span.set_attribute("baton.plan.steps", len(result.plan.steps))
-                span.set_attribute("baton.plan.valid", result.valid)
-                span.set_attribute("baton.plan.backend", planner.backend_name)
+                current.set_attribute("baton.request_id", candidate.request_id)
+                current.set_attribute("baton.plan.steps", len(result.plan.steps))
+                current.set_attribute("baton.plan.valid", result.valid)
+                current.set_attribute("baton.plan.backend", planner.backend_name)
                 if explore:
-                    span.set_attribute("baton.group_id", candidate.group_id)
+                    current.set_attribute("baton.group_id", candidate.group_id)
                 log.info("request %s planned by %s: %s%s", candidate.request_id, planner.backend_name,
                          " -> ".join(s.worker for s in result.plan.steps) or "no steps",
                          "" if result.valid else " (the conductor's plan was refused: fallback plan)")

@@ -29,6 +29,7 @@ from baton_platform.consumer import Record
 from baton_platform.kafka import client_options, read_since
 from baton_platform.messages import PoisonMessage
 from baton_platform.service import Service
+from baton_platform.telemetry import start_span
 from baton_platform.workerpool import WorkerPool
 from baton_synthesizer.metrics import SynthesizerMetrics
 from baton_synthesizer.runs import Action, Dispatch, Finish, Notify, Rate, Replan, Return, Run, Runs
@@ -202,7 +203,7 @@ class RunConsumer:
         rid = run.request.request_id
         span = self._spans.get(rid)
         if span is None:
-            span = self._tracer.start_span("invoke_workflow baton", context=run.trace_context, attributes={
+            span = start_span(self._tracer, "invoke_workflow baton", context=run.trace_context, attributes={
                 "gen_ai.operation.name": "invoke_workflow", "gen_ai.agent.name": "baton", "baton.request_id": rid,
                 "baton.plan.backend": run.plan_proto.backend, "baton.plan.steps": len(run.plan_proto.steps),
                 "baton.plan.workers": [s.worker for s in run.plan_proto.steps]})
