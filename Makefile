@@ -65,7 +65,7 @@ chaos: install kafka ## Kill -9 and restart each service, then the broker, under
 chaos-crash: install kafka ## `make chaos` plus the broker killed with SIGKILL (not in `make test`: it finds a known double run, see tests/e2e/test_chaos.py)
 	BATON_CHAOS_BROKER_KILL=1 $(PY) -m pytest tests/e2e/test_chaos.py -s $(PYTEST_ARGS)
 
-bench: install kafka ## Benchmarks: overhead vs LiteLLM, throughput, CPU profiles and per-hop latency, provider limits, restarts and overload (BENCH_ARGS=--quick: ~5 min)
+bench: install kafka ## Benchmarks: overhead vs LiteLLM, throughput, CPU profiles and per-hop latency, provider limits, tracing cost, restarts and overload (BENCH_ARGS=--quick: ~5 min)
 	$(PY) bench/run.py $(BENCH_ARGS)
 
 demo: install kafka vllm ## Start everything, ask real questions through the gateway, print answers and workflows, stop (or ask the stack `make up` started)

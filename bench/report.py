@@ -357,6 +357,27 @@ def _overload(data: dict, results: Path, plt) -> list[str]:
     return lines
 
 
+def _tracing(data: dict, results: Path, plt) -> list[str]:
+    lines = [
+        "## 6. What tracing costs",
+        "",
+        f"The same stack restarted for each setting and driven at {_fmt(data['rate'], 0)} workflows/s for "
+        f"{data['seconds']:g} s, the settings in turn, {data['rounds']} round(s). CPU per workflow counts every "
+        "Baton process and the broker (not the provider stand-in). *off*: no exporter, so no span is recorded; "
+        "*10% (default)*: spans exported, the services' default sampler (`parentbased_traceidratio` at 0.1), under "
+        "which a trace not sampled makes no span objects at any hop; *100%*: `parentbased_always_on`.",
+        "",
+        "| tracing | CPU ms / workflow | per round | answered / sent | p99 ms | per process (ms) |",
+        "|:--|---:|:--|---:|---:|:--|",
+    ]
+    for row in data["settings"]:
+        procs = ", ".join(f"{n} {v:g}" for n, v in sorted(row["per_process_ms"].items(), key=lambda kv: -kv[1]))
+        lines.append(f"| {row['setting']} | {row['cpu_ms_per_workflow']:.2f} | "
+                     f"{', '.join(f'{v:.2f}' for v in row['per_round_ms'])} | {row['answered']} / {row['sent']} | "
+                     f"{_fmt(row['p99_ms'])} | {procs} |")
+    return lines + [""]
+
+
 def _pct(share: float) -> str:
     return f"{share * 100:.1f}%"
 
@@ -462,7 +483,8 @@ def _summary(present: dict) -> list[str]:
 
 
 def render(results: Path, echo=print) -> Path | None:
-    parts = {name: _load(results, name) for name in ("overhead", "throughput", "profile", "limits", "overload")}
+    parts = {name: _load(results, name) for name in ("overhead", "throughput", "profile", "limits", "tracing",
+                                                      "overload")}
     present = {k: v for k, v in parts.items() if v}
     if not present:
         echo(f"no results in {results}: run bench/run.py first")
@@ -485,7 +507,7 @@ def render(results: Path, echo=print) -> Path | None:
     ]
     lines += _summary(present)
     for name, build in (("overhead", _overhead), ("throughput", _throughput), ("profile", _profile),
-                        ("limits", _limits), ("overload", _overload)):
+                        ("limits", _limits), ("overload", _overload), ("tracing", _tracing)):
         if name in present:
             section = build(present[name], results, plt)
             m = present[name]["meta"]

@@ -1,11 +1,13 @@
 """Baton's benchmarks: overhead against LiteLLM, sustained throughput, where the time goes (CPU profiles
-and per-hop latency from trace spans), provider limits, and an overload followed by a restart.
+and per-hop latency from trace spans), provider limits, what tracing costs, and an overload followed
+by a restart.
 
     .venv/bin/python bench/run.py            # everything, about 15 minutes
     .venv/bin/python bench/run.py --quick    # a short run, about 5 minutes
     .venv/bin/python bench/run.py --only overhead,limits
     .venv/bin/python bench/run.py --only overload --no-direct   # restarts and an overload, through the synthesizer
     .venv/bin/python bench/run.py --only profile --profile-rate 30   # profiles and per-hop latency only
+    .venv/bin/python bench/run.py --only tracing   # CPU per workflow with tracing off, at 10% and at 100%
     .venv/bin/python bench/run.py --report-only   # redraw REPORT.md from the last JSON files
 
 Writes bench/results/<benchmark>.json, bench/results/REPORT.md with its PNG plots, and one JSON line
@@ -34,6 +36,7 @@ import limits as limits_bench
 import overload
 import profiles
 import report
+import tracing_cost
 import ttft
 import yaml
 from loadgen import LAG_LIMIT_MS, Load, generate, pooled, procs_for
@@ -57,7 +60,7 @@ from baton_tools.standins.server import configure_standin
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 RESULTS = BENCH / "results"
-BENCHMARKS = ("overhead", "throughput", "profile", "limits", "overload")
+BENCHMARKS = ("overhead", "throughput", "profile", "limits", "tracing", "overload")
 
 PROVIDER_LATENCY_MS = 50  # the stand-in's fixed answer time in the overhead and throughput runs
 PARTITIONS = 8
@@ -113,6 +116,10 @@ class Plan:
         self.overload_s = 10.0 if quick else 20.0
         self.after_rps = 100.0
         self.after_s = 10.0 if quick else 20.0
+        # What tracing costs: CPU per workflow with tracing off, at 10% and at 100%, in turns.
+        self.tracing_rps = 100.0
+        self.tracing_s = 10.0 if quick else 20.0
+        self.tracing_rounds = 1 if quick else 2
 
     def overhead_duration(self, rate: float) -> float:
         """Measured seconds per target: ~120+ samples at low rates, bounded so the run stays short."""
@@ -456,7 +463,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> None:
     echo(f"results in {RESULTS}; logs in {logs}")
 
     with contextlib.ExitStack() as cleanup:
-        http = bool({"overhead", "throughput", "profile", "overload"} & set(wanted))
+        http = bool({"overhead", "throughput", "profile", "tracing", "overload"} & set(wanted))
         litellm = None
         if http:
             standin, standin_url = start_standin(logs, latency_ms=PROVIDER_LATENCY_MS)
@@ -513,7 +520,9 @@ def run(args: argparse.Namespace, argv: list[str]) -> None:
                 pids = {s.name: s.pid for s in baton.services if s.pid}
                 data = bench_profile(plan, baton.base_url, meter, receiver, pids, rate)
                 write_json("profile", meta, data)
-            if "overload" in wanted:  # last: it restarts the stack's processes
+            if "tracing" in wanted:  # it restarts the stack's processes, with each setting's variables
+                write_json("tracing", meta, tracing_cost.bench(plan, baton, meter, metered, echo, emit))
+            if "overload" in wanted:  # last: it restarts the stack's processes and leaves a backlog
                 write_json("overload", meta, overload.bench(plan, baton, echo, emit))
             baton.stop()
             standin.stop()
