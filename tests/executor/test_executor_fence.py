@@ -15,12 +15,14 @@ from prometheus_client import CollectorRegistry
 from testbed import Bus, first_question, wait_for
 
 from baton.v1 import common_pb2, requests_pb2, tasks_pb2
+from baton_executor.handlers import TaskConsumer
 from baton_executor.main import worker_limits
 from baton_executor.metrics import ExecutorMetrics
 from baton_executor.providers.registry import build_workers
 from baton_executor.step_runner import StepRunner
 from baton_platform import topics
 from baton_platform.config import load_config
+from baton_platform.consumer import Record
 from baton_platform.service import Service
 from baton_platform.telemetry import setup_tracing
 from baton_tools import procs
@@ -86,6 +88,31 @@ async def test_a_held_call_past_its_deadline_ends_as_expired(write_config):
     event = await asyncio.wait_for(runner.run(task), 5)
     assert event.step_failed.error.code == WorkflowError.DEADLINE_EXCEEDED
     assert calls(metrics) == 0 and metrics.expired.labels("sim", "gemini-pro")._value.get() == 1
+
+
+async def test_a_record_whose_partition_was_revoked_while_it_waited_for_a_slot_is_not_run(write_config):
+    """The race `make chaos` found with the broker killed: a task waiting for a concurrency slot when
+    its partition was revoked started its call once the slot freed (and the group confirmed the
+    replica again), while the replica that had taken the partition meanwhile ran it too."""
+    from aiokafka import TopicPartition
+
+    runner, metrics, limits = sim_runner(write_config)
+    config = load_config(write_config())
+    service = Service.create("baton-executor-sim", config.kafka)
+    consumer = TaskConsumer(service, "sim", runner, limits, metrics, drain_timeout_s=1.0)
+    slots = limits["gemini-pro"].slots
+    await slots.resize(0)  # every slot taken: the record waits its turn
+    tp = TopicPartition(topics.tasks_topic("sim"), 0)
+    task = sim_task()
+    waiting = asyncio.create_task(consumer.handle(task, Record(tp, 7, task.request_id.encode())))
+    await asyncio.sleep(0.2)
+    assert not waiting.done()
+    await consumer.revoked({tp})
+    await slots.resize(4)
+    await asyncio.wait_for(waiting, 5)
+    await asyncio.sleep(0.3)
+    assert task.task_id not in consumer.running and not consumer.in_flight.get(tp)
+    assert calls(metrics) == 0 and slots.used == 0, "no call, and the slot it took is given back"
 
 
 async def test_membership_lapses_while_the_broker_is_paused_and_comes_back_with_it(write_config, tmp_path):

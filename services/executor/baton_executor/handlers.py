@@ -90,6 +90,9 @@ class TaskConsumer:
         # plus any copy redelivered to this replica while the call was still in flight.
         self.running: dict[str, list[tuple[TopicPartition, int]]] = {}
         self.publish_retry_s = 0.1  # first wait before publishing a result again; doubles up to 5 s
+        # How many times each partition was taken from this replica: a record read before the last
+        # time is its new owner's, even once the partition comes back (it is read again then).
+        self.revocations: dict[TopicPartition, int] = {}
         self.stopping = False  # set by drain: no new task starts; the next owner runs it
         self.results = service.publisher(topics.WORKFLOW, workflow_pb2.WorkflowEvent, "Steps' results.")
         self.answers = service.publisher(topics.RESPONSES, responses_pb2.Response,
@@ -111,6 +114,7 @@ class TaskConsumer:
 
     async def handle(self, task: tasks_pb2.Task, record: Record) -> None:
         tp, offset = record.tp, record.offset
+        revocations = self.revocations.get(tp, 0)
         if not (task.task_id and task.request_id and task.worker):
             raise PoisonMessage("Task without task_id, request_id or worker")
         while self._recovery is not None and not self._recovery.done():
@@ -135,6 +139,13 @@ class TaskConsumer:
         limits = None if past_deadline(task.deadline_unix_ms) else self.limits.get(task.worker)
         if limits is not None:
             await limits.slots.acquire()  # full: wait here, and so stop fetching
+        if self.revocations.get(tp, 0) != revocations:
+            # The partition was taken from this replica while the record waited its turn here: another
+            # replica may be running the task now. Left unfinished; read again if the partition returns.
+            if limits is not None:
+                await limits.slots.release()
+            log.info("task %s dropped: its partition was revoked while it waited", task.task_id)
+            return
         self.running[task.task_id] = [(tp, offset)]
         job = asyncio.create_task(self._run(task, tp, offset, limits), name=task.task_id)
         self.in_flight.setdefault(tp, set()).add(job)
@@ -234,6 +245,8 @@ class TaskConsumer:
     # -- rebalance -----------------------------------------------------------------------------
 
     async def revoked(self, revoked: set[TopicPartition]) -> None:
+        for tp in revoked:
+            self.revocations[tp] = self.revocations.get(tp, 0) + 1
         # Let calls in flight finish (bounded) so the next owner does not repeat them. Tasks still
         # waiting for their turn under the limits are dropped at once (their records stay uncommitted,
         # so the next owner runs them): waiting for them would outlast the group's rebalance timeout
