@@ -25,7 +25,8 @@ from baton_trainer.store import PolicyStore, Stored, announce, update
 
 
 @pytest.fixture
-def traced():
+def traced(monkeypatch):
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_always_on")  # every trace, not the default tenth
     exporter = InMemorySpanExporter()
     provider = setup_tracing("baton-router", exporter=exporter, set_global=False)
     return provider, exporter
