@@ -72,6 +72,16 @@ def _follows_parent(tracer: trace.Tracer) -> bool:
     return isinstance(sampler, ParentBased) or sampler is ALWAYS_OFF
 
 
+def _unsampled_parent(tracer: trace.Tracer, context: otel_context.Context | None) -> trace.Span | None:
+    """The parent span in `context` (else the current one) when its trace is not sampled and `tracer`
+    would therefore record no child of it; None when a span is to be made."""
+    parent = trace.get_current_span(context)
+    flags = parent.get_span_context()
+    if flags.is_valid and not flags.trace_flags.sampled and _follows_parent(tracer):
+        return parent
+    return None
+
+
 @contextlib.contextmanager
 def span(tracer: trace.Tracer, name: str, *, context: otel_context.Context | None = None,
          kind: trace.SpanKind = trace.SpanKind.INTERNAL, attributes: Attributes = None) -> Iterator[trace.Span]:
@@ -79,9 +89,8 @@ def span(tracer: trace.Tracer, name: str, *, context: otel_context.Context | Non
     trace that is not sampled, where the sampler would record nothing: there no span is made, and the
     parent's context is current for the block as it is, so what is sent from inside carries the same
     trace on. The block gets the parent's non-recording span, on which every call does nothing."""
-    parent = trace.get_current_span(context)
-    flags = parent.get_span_context()
-    if flags.is_valid and not flags.trace_flags.sampled and _follows_parent(tracer):
+    parent = _unsampled_parent(tracer, context)
+    if parent is not None:
         token = otel_context.attach(context) if context is not None else None
         try:
             yield parent
@@ -97,8 +106,7 @@ def start_span(tracer: trace.Tracer, name: str, *, context: otel_context.Context
                attributes: Attributes = None) -> trace.Span:
     """`tracer.start_span` for a span the caller ends itself, or, in a trace that is not sampled (see
     `span`), the parent's non-recording span: ending it does nothing."""
-    parent = trace.get_current_span(context)
-    flags = parent.get_span_context()
-    if flags.is_valid and not flags.trace_flags.sampled and _follows_parent(tracer):
+    parent = _unsampled_parent(tracer, context)
+    if parent is not None:
         return parent
     return tracer.start_span(name, context=context, attributes=attributes)
