@@ -59,7 +59,7 @@ test: install kafka helm vllm promtool browser lint ## ruff and mypy, then the w
 test-fast: install ## Tests without a broker, service processes or the vLLM engine (the tiers are markers: tests/conftest.py)
 	$(PY) -m pytest -m "not kafka and not e2e and not vllm" $(PYTEST_ARGS)
 
-chaos: install kafka ## Kill -9 and restart each service, then stop and kill -9 the broker, under load; then lose one of three brokers; a table per fault (~8 min; also in `make test`)
+chaos: install kafka ## Kill -9 and restart each service, then stop and kill -9 the broker, under load; on the synthesizer's path and the direct path; then lose one of three brokers; a table per fault (~10 min; also in `make test`)
 	$(PY) -m pytest tests/e2e/test_chaos.py -s $(PYTEST_ARGS)
 
 bench: install kafka ## Benchmarks: overhead vs LiteLLM, throughput, CPU profiles and per-hop latency, provider limits, tracing cost, restarts and overload (BENCH_ARGS=--quick: ~5 min)

@@ -2,7 +2,9 @@
 killed with SIGKILL and restarted with `baton up --only NAME`, and then the Kafka broker is stopped
 and started, and killed with SIGKILL and started (the `kafka-kill` row); in the
 `disk-full` row, the reward logger's disk (a small tmpfs: the test needs root) is filled for
-DISK_FULL_S, then freed. A second
+DISK_FULL_S, then freed. That test runs twice: on the synthesizer's path (a two-step plan) and on
+the direct path (`router.direct_single_step`: a one-step plan whose executor answers the client, so
+a re-run step is looked for among the responses too). A second
 test runs the stack on three brokers (replication 3, two in sync) and loses one: the busiest
 partition's leader killed, a rolling restart, one broker down for BROKER_DOWN_S.
 `make chaos` runs this file alone; `make test` runs it with the rest.
@@ -54,7 +56,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from chaos_checks import Call, problems
 from testbed import MMLU_PRO, default_config_data, small_disk, wait_for
 
-from baton.v1 import requests_pb2, workflow_pb2
+from baton.v1 import requests_pb2, responses_pb2, workflow_pb2
 from baton_platform import topics
 from baton_platform.dataset import current_files
 from baton_tools.kafka import KafkaCluster, LocalKafka
@@ -148,10 +150,15 @@ def questions(n: int = 50) -> list[str]:
         return [row["prompt"] for _, row in zip(range(n), csv.DictReader(f))]
 
 
-def chaos_config(tmp_path, bootstrap: str, replication_factor: int = 1):
+def chaos_config(tmp_path, bootstrap: str, replication_factor: int = 1, direct: bool = False):
+    """The chaos stack's config: two steps through the synthesizer, or with `direct` one step that the
+    router sends straight to the executor, which answers the client (router.direct_single_step)."""
     data = default_config_data()
     data["conductor"]["plan"] = {"workers": ["gemini-flash", "gemini-pro"], "subtasks": ["Solve it.", "Check it."],
                                  "access": [[], [0]]}
+    if direct:
+        data["conductor"]["plan"] = {"workers": ["gemini-pro"], "subtasks": ["Answer it."], "access": [[]]}
+        data["router"] = {**data.get("router", {}), "direct_single_step": True}
     data["workers"][0]["replicas"] = 2
     data["kafka"] = {"bootstrap_servers": bootstrap, "partitions": PARTITIONS, "session_timeout_ms": 6000,
                      "heartbeat_interval_ms": 1000, "replication_factor": replication_factor}
@@ -201,13 +208,22 @@ async def whole_topic(bootstrap: str, topic: str):
         await consumer.stop()
 
 
-async def completions(bootstrap: str) -> dict[str, set[bytes]]:
-    """Every distinct StepCompleted published per task id, over the whole of baton.workflow."""
+async def completions(bootstrap: str, direct: bool = False) -> dict[str, set[bytes]]:
+    """Every distinct StepCompleted published per task id, over the whole of baton.workflow; with
+    `direct`, also every distinct step of the final responses on baton.responses (a one-step workflow's
+    executor answers the client itself). The same result published again is one body; a re-run's
+    result differs (its latency, at least)."""
     out: dict[str, set[bytes]] = defaultdict(set)
     async for r in whole_topic(bootstrap, topics.WORKFLOW):
         event = workflow_pb2.WorkflowEvent.FromString(r.value)
         if event.WhichOneof("event") == "step_completed":
             out[event.step_completed.task_id].add(r.value)
+    if direct:
+        async for r in whole_topic(bootstrap, topics.RESPONSES):
+            response = responses_pb2.Response.FromString(r.value)
+            if response.WhichOneof("outcome") in ("answer", "error"):
+                for step in response.episode.steps:
+                    out[f"{response.request_id}:{step.step}:{step.attempt}"].add(step.SerializeToString())
     return out
 
 
@@ -240,15 +256,19 @@ async def stalled(bootstrap: str) -> list[str]:
 
 
 @pytest.mark.timeout(900)
-def test_every_process_and_the_broker_killed_in_turn_under_load(tmp_path):
+@pytest.mark.parametrize("path", ["synthesizer", "direct"])
+def test_every_process_and_the_broker_killed_in_turn_under_load(tmp_path, path):
+    """Every fault of FAULTS on one broker: on the synthesizer's path (a two-step plan), and on the direct
+    path (router.direct_single_step: a one-step plan the executor answers)."""
+    direct = path == "direct"
     # The episode dataset lives on a disk of its own, which the `disk-full` row fills and then frees.
     with small_disk(tmp_path / "disk", "256m") as disk:
         kafka = LocalKafka(data_dir=tmp_path / "kafka", log_file=tmp_path / "kafka.log")
         kafka.start()
         try:
-            stack = chaos_stack(tmp_path, kafka.bootstrap_servers, dataset_dir=disk.path / "data")
+            stack = chaos_stack(tmp_path, kafka.bootstrap_servers, dataset_dir=disk.path / "data", direct=direct)
             calls = run_under_load(stack, kafka.bootstrap_servers, FAULTS,
-                                   lambda fault: inject_into_one_broker(fault, stack, kafka, disk))
+                                   lambda fault: inject_into_one_broker(fault, stack, kafka, disk), direct=direct)
         finally:
             kafka.stop()
     keyed = [c for c in calls if c.keyed]
@@ -321,16 +341,18 @@ def test_a_three_broker_cluster_loses_a_broker_under_load(tmp_path):
         cluster.stop()
 
 
-def chaos_stack(tmp_path, bootstrap: str, replication_factor: int = 1, dataset_dir=None) -> Stack:
-    return Stack(tmp_path / "run", config_file=chaos_config(tmp_path, bootstrap, replication_factor),
+def chaos_stack(tmp_path, bootstrap: str, replication_factor: int = 1, dataset_dir=None, direct: bool = False) -> Stack:
+    return Stack(tmp_path / "run", config_file=chaos_config(tmp_path, bootstrap, replication_factor, direct),
                  gateway_port=free_port(), bootstrap_servers=bootstrap, console_port=free_port(),
                  gateway_metrics_port=free_port(), dataset_dir=dataset_dir)
 
 
-def run_under_load(stack: Stack, bootstrap: str, faults: list[str], inject) -> list[Call]:
+def run_under_load(stack: Stack, bootstrap: str, faults: list[str], inject, direct: bool = False) -> list[Call]:
     """Start `stack`, send steady load, `inject` each fault in turn and time the recovery from it, then,
     once every group has committed to the end and the last episodes are written, print the table and
-    fail on anything lost, duplicated, re-run, stalled or hung. Returns the calls. Stops the stack."""
+    fail on anything lost, duplicated, re-run, stalled or hung. With `direct` (the stack's one-step
+    plans skip the synthesizer) a step re-run is looked for in the responses too, and no step may have
+    gone through the synthesizer. Returns the calls. Stops the stack."""
     load = None
     recovery: dict[str, float | None] = {}
     try:
@@ -356,12 +378,17 @@ def run_under_load(stack: Stack, bootstrap: str, faults: list[str], inject) -> l
         # count episodes (a duplicate written by a late flush would otherwise go unseen).
         late = asyncio.run(_wait_unstalled(bootstrap, 60))
         rows = episodes(stack.dataset_dir)
-        results = asyncio.run(completions(bootstrap))
+        results = asyncio.run(completions(bootstrap, direct))
+        via_synthesizer = asyncio.run(completions(bootstrap)) if direct else {}
         queued = asyncio.run(queued_ids(bootstrap))
     finally:
         if load is not None and not load._stop.is_set():
             load.stop()
         stack.stop()
+    if direct:
+        assert not via_synthesizer, f"{len(via_synthesizer)} step(s) of one-step plans went through the synthesizer"
+        answered = sum(c.outcome == "answer" for c in calls)
+        assert len(results) >= answered, f"{len(results)} steps found on baton.responses for {answered} answers"
     rerun = sorted(t for t, bodies in results.items() if len(bodies) > 1)
     print_table(calls, rows, recovery, rerun, faults)
     found = problems(calls, rows, queued, rerun, late, recovery, DEADLINE_S)
