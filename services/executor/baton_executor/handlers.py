@@ -117,6 +117,15 @@ class TaskConsumer:
         revocations = self.revocations.get(tp, 0)
         if not (task.task_id and task.request_id and task.worker):
             raise PoisonMessage("Task without task_id, request_id or worker")
+        if past_deadline(task.deadline_unix_ms) and not task.HasField("workflow"):
+            # A synthesizer's step whose request's deadline has passed: the synthesizer ends its workflow
+            # at the deadline itself (the client already has its 504), so a result would only be one more
+            # record to publish here and fold there. Dropped and counted: a backlog left by an overload
+            # drains at the speed of reading it. (A one-step workflow sent here whole is answered below,
+            # with DEADLINE_EXCEEDED: no synthesizer would log its episode.)
+            self.metrics.expired.labels(self.provider, task.worker).inc()
+            self.consumer.finish(record)
+            return
         while self._recovery is not None and not self._recovery.done():
             await asyncio.wait({self._recovery})  # a newer assignment may replace it meanwhile: look again
         if task.task_id in self.done:
