@@ -127,3 +127,22 @@ def test_with_an_estimate_configured_the_table_scores_its_first_worker_on_the_sa
     first = [[estimate.workers[j]] for j in estimate.chances(test.prompts).argmax(1)]
     assert row["accuracy"] == score_plans(test, first)["accuracy"] and row["calls_per_query"] == 1.0
     assert sum(row["plans"].values()) == pytest.approx(1.0, abs=0.002)
+
+
+def test_the_fast_policy_as_served_ignores_the_rows_groups_and_keeps_within_the_budget(tmp_path):
+    import dataclasses
+
+    from baton_eval.conductor_table import as_served
+
+    matrix = pool_matrix(load_matrix(MMLU_PRO), BatonConfig(**default_config_data()).workers)
+    # Rows from every subject (the file is ordered by subject); no question on both sides.
+    train, test = matrix.subset(range(0, len(matrix), 5)), matrix.subset(range(3, len(matrix), 70))
+    # The same questions, each claiming another row's subject: as served, no group is read at all.
+    relabelled = dataclasses.replace(test, eval_names=test.eval_names[1:] + test.eval_names[:1])
+    budget = float(test.costs[:, 0].mean())  # the first worker's price on these rows
+    served, within = as_served(train, test, 0.0, budget=budget, log=lambda msg: None)
+    again, _ = as_served(train, relabelled, 0.0, budget=budget, log=lambda msg: None)
+    assert served["accuracy"] == again["accuracy"] and served["workflow_shares"] == again["workflow_shares"]
+    affordable = [p for p in served["frontier"] if p["avg_cost"] <= budget]
+    assert within is not None and within["avg_cost"] <= budget
+    assert within["accuracy"] == max(p["accuracy"] for p in affordable)

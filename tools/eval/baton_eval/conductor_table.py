@@ -10,7 +10,9 @@ the matrix does not record, such as a local model, is scored wrong at no cost):
 - the static plan: `conductor.plan`, the same workflow for every query;
 - the best single worker of the pool, on these rows;
 - the fast policy, trained on TRAIN with cost weight W (`baton eval replay`'s policy, on the pool), which
-  is given each row's group (`eval_name`);
+  is given each row's group (`eval_name`); then as served (`as_served`): without the group, which a
+  served request seldom names and the LLM conductor's estimate is not given, at W and at the cost weight
+  whose point is the most accurate at no more than the best single worker's cost;
 - with `conductor.evidence` set, the worker the router's estimate puts first (what the LLM conductor is
   shown, followed blindly; the group is not given, as a served request names none);
 - the LLM conductor untrained (`--model`, else the config's), and once per `--adapter` (a LoRA adapter
@@ -67,6 +69,32 @@ def score_plans(pool, plans: Sequence[Sequence[str]], wrong: Sequence[bool] | No
         calls.append(len(ran))
     return {"accuracy": rounded(np.mean(scores)), "avg_cost": rounded(np.mean(costs), 6),
             "calls_per_query": rounded(np.mean(calls), 3)}
+
+
+# Cost weights searched for the fast policy's most accurate point within a cost budget.
+BUDGET_WEIGHTS = (0.0, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.09, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0)
+
+
+def as_served(train, test, cost_weight: float, *, budget: float, log=print) -> tuple[dict, dict | None]:
+    """The fast policy on `test` as a served request meets it: with no group (`eval_name`), which a
+    client seldom names and the LLM conductor's estimate is not given either. Returns its replay at
+    `cost_weight`, and the most accurate point of its frontier over BUDGET_WEIGHTS that costs no more
+    than `budget` per query (None if none does): the fast policy at the same price as the rows it is
+    compared with."""
+    import dataclasses
+
+    from baton_eval.replay import run_replay
+
+    log(f"[table] fast policy as served (no group), W={cost_weight} and within {budget:.6f} USD per query")
+    blank = dataclasses.replace(test, eval_names=[""] * len(test))
+    replay, _, _ = run_replay(train, blank, cost_weight=cost_weight, frontier=BUDGET_WEIGHTS)
+    affordable = [p for p in replay["frontier"] if p["avg_cost"] <= budget]
+    return replay, max(affordable, key=lambda p: (p["accuracy"], -p["avg_cost"]), default=None)
+
+
+def _policy_row(replay: dict) -> dict:
+    return {k: replay[k] for k in ("accuracy", "avg_cost", "calls_per_query")} | {
+        "plans": dict(list(replay["workflow_shares"].items())[:5])}
 
 
 def _shares(plans: Sequence[Sequence[str]], top: int = 5) -> dict[str, float]:
@@ -155,8 +183,12 @@ def run_table(config: BatonConfig, train_path: Path, test_path: Path, *, rows: i
     table[f"best single ({best})"] = {**singles[best], "plans": {best: 1.0}}
     log(f"[table] fast policy on {len(train)} training rows, W={cost_weight}")
     replay, _, _ = run_replay(train, test, cost_weight=cost_weight)
-    table[f"fast policy (W={cost_weight:g})"] = {k: replay[k] for k in ("accuracy", "avg_cost", "calls_per_query")} | {
-        "plans": dict(list(replay["workflow_shares"].items())[:5])}
+    table[f"fast policy (W={cost_weight:g})"] = _policy_row(replay)
+    served, within = as_served(train, test, cost_weight, budget=singles[best]["avg_cost"], log=log)
+    table[f"fast policy as served (W={cost_weight:g})"] = _policy_row(served)
+    if within is not None:
+        table[f"fast policy as served, at most {best}'s cost (W={within['cost_weight']:g})"] = {
+            k: within[k] for k in ("accuracy", "avg_cost", "calls_per_query")}
     if config.conductor.evidence is not None:
         from baton_policy.evidence import Evidence
 
