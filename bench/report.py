@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import capacity
+
 BATON_PROCS = ("gateway", "router", "synthesizer", "executor", "reward-logger", "kafka")
 COLOURS = {"direct": "#7f7f7f", "baton": "#1f77b4", "litellm": "#d62728"}
 
@@ -419,6 +421,7 @@ def _profile(data: dict, results: Path, plt) -> list[str]:
     ]
     for h in hops["hops"]:
         lines.append(f"| {h['hop']} | {_fmt(h['p50_ms'], 2)} | {_fmt(h['p99_ms'], 2)} | {_fmt(h['mean_ms'], 2)} |")
+    lines += _capacity(data)
     lines += ["", "**Hot spots.** A share is of the samples in which that process was running (samples blocked in "
               "epoll, a condition wait, an idle worker thread or a blocking socket read are left out): "
               "*self* = that function was on top, *total* = anywhere on the stack. Time inside a C extension "
@@ -443,6 +446,16 @@ def _profile(data: dict, results: Path, plt) -> list[str]:
                   + "; ".join(f"`{f['function']}` {_pct(f['total'])}" for f in p["top_total"][:8]) + ".", ""]
     for name, err in data.get("profile_errors", {}).items():
         lines.append(f"- {name}: not profiled ({err})")
+    return lines + [""]
+
+
+def _capacity(data: dict) -> list[str]:
+    rows = capacity.plan(data["cpu_ms_per_workflow"])
+    lines = ["", f"**Capacity** for 1,000 one-step workflows/s from these figures (`bench/capacity.py`): cores = "
+             f"1,000 × CPU ms per workflow ÷ 1,000; replicas (the broker: cores) = cores ÷ {capacity.UTILIZATION:g}, "
+             "rounded up, as each service is one process using at most one core.", "",
+             "| service | CPU ms / workflow | cores | replicas |", "|:--|---:|---:|---:|"]
+    lines += [f"| {r['service']} | {r['cpu_ms_per_workflow']:.2f} | {r['cores']:.2f} | {r['replicas']} |" for r in rows]
     return lines + [""]
 
 

@@ -273,3 +273,21 @@ def test_the_meter_reads_each_process_trees_resident_memory(tmp_path):
         parent.kill()
         parent.wait()
     assert 64 < rss < 200
+
+
+# --- capacity ---------------------------------------------------------------------------------------
+
+
+def test_the_capacity_plan_sums_executor_replicas_keeps_each_core_at_the_utilization_and_leaves_out_the_rest():
+    import capacity
+
+    measured = {"gateway": 1.5, "router": 1.2, "executor-0": 1.0, "executor-1": 0.8, "reward-logger": 0.05,
+                "kafka": 1.8, "standin": 0.3, "loadgen": 0.4}
+    rows = {r["service"]: r for r in capacity.plan(measured, rate=1000, utilization=0.6)}
+    assert list(rows) == ["gateway", "router", "executor", "reward-logger", "kafka"], "the stand-in is not Baton's"
+    assert rows["executor"]["cpu_ms_per_workflow"] == 1.8 and rows["executor"]["cores"] == 1.8
+    # 1.5 cores at 60% of each: 2.5 cores' worth, so 3 replicas; 1.8 / 0.6 is exactly 3.
+    assert [rows[n]["replicas"] for n in rows] == [3, 2, 3, 1, 3]
+    assert capacity.plan({"gateway": 1.5}, rate=200)[0]["replicas"] == 1
+    with pytest.raises(ValueError):
+        capacity.plan(measured, utilization=0)
