@@ -459,8 +459,54 @@ def _capacity(data: dict) -> list[str]:
     return lines + [""]
 
 
+# The goals each bench figure is read against.
+GOAL_CPU_MS = 3.0  # CPU per one-step workflow, every Baton process and the broker together
+GOAL_HELD_RPS = 700.0  # workflows/s held with p99 under the limit
+GOAL_RSS_MB = 200.0  # each service's resident memory at the highest rate
+GOAL_RESTART_P99_MS = 1000.0  # p99 of the modest rate after a restart over an overload's backlog
+
+
+def goals(present: dict) -> list[dict]:
+    """Each goal the parts of this report measure: its figure, the goal and whether it is met."""
+    out = []
+    if "profile" in present:
+        pr = present["profile"]
+        total = sum(capacity.per_service(pr["cpu_ms_per_workflow"]).values())
+        path = "direct" if pr["meta"].get("plan", {}).get("direct") else "synthesizer"
+        out.append({"goal": f"CPU per one-step workflow at {_fmt(pr['rate'], 0)}/s ({path} path), every Baton "
+                    "process and the broker", "figure": f"{total:.2f} ms", "target": f"≤ {GOAL_CPU_MS:g} ms", "met": total <= GOAL_CPU_MS})
+        rss = {n: v for n, v in pr["cpu"].get("rss_mb", {}).items() if n in capacity.SERVICES and n != "kafka"}
+        if rss:
+            top = max(rss, key=rss.get)
+            out.append({"goal": f"resident memory of the largest service at {_fmt(pr['rate'], 0)}/s ({top})",
+                        "figure": f"{rss[top]:.0f} MB", "target": f"≤ {GOAL_RSS_MB:g} MB",
+                        "met": rss[top] <= GOAL_RSS_MB})
+    if "throughput" in present:
+        t = present["throughput"]
+        held = t["max_sustained_rps"] or 0.0
+        out.append({"goal": f"workflows/s held for {t['criterion'].get('hold_s', 0):g} s", "figure": f"{held:.0f}/s",
+                    "target": f"≥ {GOAL_HELD_RPS:g}/s", "met": held >= GOAL_HELD_RPS})
+    if "overload" in present:
+        after = present["overload"]["runs"][-1]["summary"]
+        p99 = after["p99_ms"]
+        met = p99 is not None and p99 < GOAL_RESTART_P99_MS and after["ok"] == after["sent"]
+        out.append({"goal": f"after an overload and a restart over its backlog ({present['overload']['path']} path)",
+                    "figure": f"{after['ok']}/{after['sent']} answered, p99 {_fmt(p99, 0)} ms",
+                    "target": f"all answered, p99 < {GOAL_RESTART_P99_MS:g} ms", "met": met})
+    return out
+
+
+def _goals(present: dict) -> list[str]:
+    rows = goals(present)
+    if not rows:
+        return []
+    lines = ["| goal | this run | target | met |", "|:--|---:|---:|:--|"]
+    lines += [f"| {g['goal']} | {g['figure']} | {g['target']} | {'yes' if g['met'] else '**no**'} |" for g in rows]
+    return lines + [""]
+
+
 def _summary(present: dict) -> list[str]:
-    lines = ["## Summary", ""]
+    lines = ["## Summary", ""] + _goals(present)
     if "overhead" in present:
         rows = present["overhead"]["overhead"]
         for rate in sorted({r["rate"] for r in rows}):

@@ -291,3 +291,26 @@ def test_the_capacity_plan_sums_executor_replicas_keeps_each_core_at_the_utiliza
     assert capacity.plan({"gateway": 1.5}, rate=200)[0]["replicas"] == 1
     with pytest.raises(ValueError):
         capacity.plan(measured, utilization=0)
+
+
+def test_the_summary_reads_each_measured_figure_against_its_goal():
+    import report
+
+    meta = {"plan": {"direct": True}}
+    present = {
+        "profile": {"meta": meta, "rate": 200, "cpu_ms_per_workflow": {"gateway": 1.0, "executor-0": 1.5, "kafka": 0.4,
+                                                                       "standin": 5.0},
+                    "cpu": {"rss_mb": {"gateway": 150, "router": 210, "kafka": 900, "standin": 999}}},
+        "throughput": {"max_sustained_rps": 408.0, "criterion": {"hold_s": 60}},
+        "overload": {"path": "synthesizer", "runs": [{"summary": {"ok": 10, "sent": 10, "p99_ms": 950.0}}]},
+    }
+    found = {g["goal"].split(" at ")[0].split(" (")[0]: g for g in report.goals(present)}
+    cpu = found["CPU per one-step workflow"]
+    assert cpu["figure"] == "2.90 ms" and cpu["met"], "the stand-in is not Baton's"
+    assert "direct path" in cpu["goal"]
+    memory = found["resident memory of the largest service"]
+    assert "(router)" in memory["goal"] and memory["figure"] == "210 MB" and not memory["met"], "the broker is not a service"
+    assert not found["workflows/s held for 60 s"]["met"]
+    assert found["after an overload and a restart over its backlog"]["met"]
+    present["overload"]["runs"][0]["summary"]["ok"] = 9
+    assert not report.goals(present)[-1]["met"], "a request left unanswered fails the goal whatever the p99"
