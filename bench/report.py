@@ -477,7 +477,7 @@ def goals(present: dict) -> list[dict]:
                     "process and the broker", "figure": f"{total:.2f} ms", "target": f"≤ {GOAL_CPU_MS:g} ms", "met": total <= GOAL_CPU_MS})
         rss = {n: v for n, v in pr["cpu"].get("rss_mb", {}).items() if n in capacity.SERVICES and n != "kafka"}
         if rss:
-            top = max(rss, key=rss.get)
+            top = max(rss, key=lambda n: rss[n])
             out.append({"goal": f"resident memory of the largest service at {_fmt(pr['rate'], 0)}/s ({top})",
                         "figure": f"{rss[top]:.0f} MB", "target": f"≤ {GOAL_RSS_MB:g} MB",
                         "met": rss[top] <= GOAL_RSS_MB})
