@@ -23,12 +23,19 @@ UTILIZATION = 0.6
 SERVICES = ("gateway", "router", "synthesizer", "executor", "reward-logger", "console", "kafka")
 
 
+def service_of(process: str) -> str | None:
+    """The one of SERVICES a bench process belongs to (`executor-<provider>-<i>` is an executor), or None
+    (the stand-in, the load generator)."""
+    key = "executor" if process.startswith("executor-") else process
+    return key if key in SERVICES else None
+
+
 def per_service(cpu_ms_per_workflow: dict[str, float]) -> dict[str, float]:
     """CPU ms per workflow of each of SERVICES (executor replicas added together) that the run had."""
     out: dict[str, float] = {}
     for name, ms in cpu_ms_per_workflow.items():
-        key = "executor" if name.startswith("executor-") else name
-        if key in SERVICES:
+        key = service_of(name)
+        if key is not None:
             out[key] = out.get(key, 0.0) + ms
     return out
 

@@ -37,12 +37,7 @@ def _is_baton(name: str) -> bool:
 
 def _baton_cpu_ms(cpu: dict) -> dict[str, float]:
     """Per-request CPU of each Baton process (executors of one provider added together)."""
-    out: dict[str, float] = {}
-    for name, secs in cpu["cpu_s"].items():
-        if _is_baton(name):
-            key = "executor" if name.startswith("executor-") else name
-            out[key] = out.get(key, 0.0) + secs * 1000 / max(cpu["requests"], 1)
-    return out
+    return capacity.per_service({name: secs * 1000 / max(cpu["requests"], 1) for name, secs in cpu["cpu_s"].items()})
 
 
 def _marginal_ms(by_target: dict[str, dict], target: str, mine, total: bool = False) -> float | None:
@@ -475,7 +470,8 @@ def goals(present: dict) -> list[dict]:
         path = "direct" if pr["meta"].get("plan", {}).get("direct") else "synthesizer"
         out.append({"goal": f"CPU per one-step workflow at {_fmt(pr['rate'], 0)}/s ({path} path), every Baton "
                     "process and the broker", "figure": f"{total:.2f} ms", "target": f"≤ {GOAL_CPU_MS:g} ms", "met": total <= GOAL_CPU_MS})
-        rss = {n: v for n, v in pr["cpu"].get("rss_mb", {}).items() if n in capacity.SERVICES and n != "kafka"}
+        # Each service process on its own (an executor replica is one), the broker left out.
+        rss = {n: v for n, v in pr["cpu"].get("rss_mb", {}).items() if capacity.service_of(n) not in (None, "kafka")}
         if rss:
             top = max(rss, key=lambda n: rss[n])
             out.append({"goal": f"resident memory of the largest service at {_fmt(pr['rate'], 0)}/s ({top})",

@@ -208,22 +208,26 @@ async def whole_topic(bootstrap: str, topic: str):
         await consumer.stop()
 
 
-async def completions(bootstrap: str, direct: bool = False) -> dict[str, set[bytes]]:
-    """Every distinct StepCompleted published per task id, over the whole of baton.workflow; with
-    `direct`, also every distinct step of the final responses on baton.responses (a one-step workflow's
-    executor answers the client itself). The same result published again is one body; a re-run's
-    result differs (its latency, at least)."""
+async def completions(bootstrap: str) -> dict[str, set[bytes]]:
+    """Every distinct StepCompleted published per task id, over the whole of baton.workflow. The same
+    result published again is one body; a re-run's result differs (its latency, at least)."""
     out: dict[str, set[bytes]] = defaultdict(set)
     async for r in whole_topic(bootstrap, topics.WORKFLOW):
         event = workflow_pb2.WorkflowEvent.FromString(r.value)
         if event.WhichOneof("event") == "step_completed":
             out[event.step_completed.task_id].add(r.value)
-    if direct:
-        async for r in whole_topic(bootstrap, topics.RESPONSES):
-            response = responses_pb2.Response.FromString(r.value)
-            if response.WhichOneof("outcome") in ("answer", "error"):
-                for step in response.episode.steps:
-                    out[f"{response.request_id}:{step.step}:{step.attempt}"].add(step.SerializeToString())
+    return out
+
+
+async def answered_steps(bootstrap: str) -> dict[str, set[bytes]]:
+    """Every distinct step of the final responses on baton.responses, per task id: where a one-step
+    workflow's executor answers the client itself (router.direct_single_step), its steps' results."""
+    out: dict[str, set[bytes]] = defaultdict(set)
+    async for r in whole_topic(bootstrap, topics.RESPONSES):
+        response = responses_pb2.Response.FromString(r.value)
+        if response.WhichOneof("outcome") in ("answer", "error"):
+            for step in response.episode.steps:
+                out[f"{response.request_id}:{step.step}:{step.attempt}"].add(step.SerializeToString())
     return out
 
 
@@ -378,17 +382,18 @@ def run_under_load(stack: Stack, bootstrap: str, faults: list[str], inject, dire
         # count episodes (a duplicate written by a late flush would otherwise go unseen).
         late = asyncio.run(_wait_unstalled(bootstrap, 60))
         rows = episodes(stack.dataset_dir)
-        results = asyncio.run(completions(bootstrap, direct))
-        via_synthesizer = asyncio.run(completions(bootstrap)) if direct else {}
+        results = asyncio.run(completions(bootstrap))
+        answered = asyncio.run(answered_steps(bootstrap)) if direct else {}
         queued = asyncio.run(queued_ids(bootstrap))
     finally:
         if load is not None and not load._stop.is_set():
             load.stop()
         stack.stop()
     if direct:
-        assert not via_synthesizer, f"{len(via_synthesizer)} step(s) of one-step plans went through the synthesizer"
-        answered = sum(c.outcome == "answer" for c in calls)
-        assert len(results) >= answered, f"{len(results)} steps found on baton.responses for {answered} answers"
+        assert not results, f"{len(results)} step(s) of one-step plans went through the synthesizer"
+        answers = sum(c.outcome == "answer" for c in calls)
+        assert len(answered) >= answers, f"{len(answered)} steps found on baton.responses for {answers} answers"
+        results = answered
     rerun = sorted(t for t, bodies in results.items() if len(bodies) > 1)
     print_table(calls, rows, recovery, rerun, faults)
     found = problems(calls, rows, queued, rerun, late, recovery, DEADLINE_S)

@@ -300,7 +300,7 @@ def test_the_summary_reads_each_measured_figure_against_its_goal():
     present = {
         "profile": {"meta": meta, "rate": 200, "cpu_ms_per_workflow": {"gateway": 1.0, "executor-0": 1.5, "kafka": 0.4,
                                                                        "standin": 5.0},
-                    "cpu": {"rss_mb": {"gateway": 150, "router": 210, "kafka": 900, "standin": 999}}},
+                    "cpu": {"rss_mb": {"gateway": 150, "executor-sim-0": 210, "kafka": 900, "standin": 999}}},
         "throughput": {"max_sustained_rps": 408.0, "criterion": {"hold_s": 60}},
         "overload": {"path": "synthesizer", "runs": [{"summary": {"ok": 10, "sent": 10, "p99_ms": 950.0}}]},
     }
@@ -309,7 +309,8 @@ def test_the_summary_reads_each_measured_figure_against_its_goal():
     assert cpu["figure"] == "2.90 ms" and cpu["met"], "the stand-in is not Baton's"
     assert "direct path" in cpu["goal"]
     memory = found["resident memory of the largest service"]
-    assert "(router)" in memory["goal"] and memory["figure"] == "210 MB" and not memory["met"], "the broker is not a service"
+    assert "(executor-sim-0)" in memory["goal"] and memory["figure"] == "210 MB" and not memory["met"], (
+        "an executor replica is a service; the broker is not")
     assert not found["workflows/s held for 60 s"]["met"]
     assert found["after an overload and a restart over its backlog"]["met"]
     present["overload"]["runs"][0]["summary"]["ok"] = 9
