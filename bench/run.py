@@ -555,8 +555,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="share of workflows whose traces the services export (parentbased_traceidratio)")
     p.add_argument("--report-only", action="store_true", help="redraw REPORT.md and plots from the JSON files")
     p.add_argument("--no-direct", action="store_true",
-                   help="run the one-step plan through the synthesizer (router.direct_single_step off, the default "
-                   "configuration's path) instead of straight from the router to the executor")
+                   help="run the one-step plan through the synthesizer (router.direct_single_step off) instead of "
+                   "straight from the router to the executor (the default)")
     args = p.parse_args(argv)
     if args.report_only:
         report.render(RESULTS, echo)

@@ -13,7 +13,7 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from testbed import default_config_data, header, tracer
 
-from baton.v1 import common_pb2, dead_letter_pb2, requests_pb2, workflow_pb2
+from baton.v1 import common_pb2, dead_letter_pb2, requests_pb2, tasks_pb2, workflow_pb2
 from baton_platform import topics
 from baton_platform.telemetry import setup_tracing
 from baton_policy import artefact_digest
@@ -60,6 +60,32 @@ async def test_a_request_becomes_a_valid_plan_on_the_workflow_topic(bus, traced)
              and s.attributes["baton.request_id"] == rid]
     assert spans[0].attributes["baton.plan.steps"] == 2
     assert spans[0].context.trace_id == int(traceparent.split("-")[1], 16)
+
+
+@pytest.mark.parametrize("direct", [None, False])
+async def test_a_one_step_plan_goes_straight_to_its_executor_unless_turned_off(bus, traced, direct):
+    """router.direct_single_step, on by default: a one-step plan on a worker without a fallback is the
+    executor's whole workflow (the task carries it); turned off, it is a plan for the synthesizer."""
+    data = default_config_data()  # its sim workers have no fallback
+    data["conductor"]["plan"] = {"workers": ["llama-70b"], "subtasks": ["Answer it."], "access": [[]]}
+    if direct is not None:
+        data["router"] = {"direct_single_step": direct}
+    app = create_app(bus.config(data=data), tracer_provider=traced[0])
+    rid = uuid.uuid4().hex
+    request = requests_pb2.ChatRequest(request_id=rid, messages=[common_pb2.ChatMessage(role="user", content="2+2?")])
+    to_executor, to_synthesizer = topics.tasks_topic("sim"), topics.WORKFLOW
+    expected, other = (to_synthesizer, to_executor) if direct is False else (to_executor, to_synthesizer)
+    async with bus.running(app, to_executor, to_synthesizer) as seen:
+        await bus.publish(app, topics.REQUESTS, rid, request.SerializeToString())
+        (record,) = await seen[expected].wait(lambda r: r.key == rid.encode())
+        assert await seen[other].wait(lambda r: r.key == rid.encode(), timeout=1) == []
+    if direct is False:
+        plan = workflow_pb2.WorkflowEvent.FromString(record.value).planned.plan
+    else:
+        task = tasks_pb2.Task.FromString(record.value)
+        assert task.worker == "llama-70b" and task.workflow.request.request_id == rid
+        plan = task.workflow.plan
+    assert [s.worker for s in plan.steps] == ["llama-70b"]
 
 
 async def test_malformed_requests_are_dead_lettered_with_their_reason(bus, traced):
@@ -118,8 +144,10 @@ async def test_routers_load_published_policies_and_roll_back(bus, tmp_path, monk
     # A name of its own: the shared broker's compacted baton.policy keeps these versions for later
     # tests, whose routers and gateways serve only the default name.
     name = f"baton-{uuid.uuid4().hex[:6]}"
+    # Every plan on baton.workflow, one step or more (direct_single_step would send one-step plans to the executor).
     config = bus.config(conductor={"backend": "policy", "policy": {"epsilon": 0.0}},
-                        router={"policy_name": name, "policy_store": str(tmp_path / "store")})
+                        router={"policy_name": name, "policy_store": str(tmp_path / "store"),
+                                "direct_single_step": False})
     app = create_app(config, tracer_provider=tracer())
     store = PolicyStore(str(tmp_path / "store"))
     uris = {}
