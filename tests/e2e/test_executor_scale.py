@@ -71,7 +71,10 @@ async def test_replicas_together_keep_the_providers_limit_at_three_times_the_loa
     assert 0.90 * LIMIT_PER_S <= rate <= 1.05 * LIMIT_PER_S
 
 
-async def test_a_replica_killed_mid_flight_loses_nothing_and_repeats_no_completed_step(kafka_bootstrap, tmp_path):
+@pytest.mark.parametrize("direct", [False, True], ids=["synthesizer-steps", "direct-workflows"])
+async def test_a_replica_killed_mid_flight_loses_nothing_and_repeats_no_completed_step(direct, kafka_bootstrap, tmp_path):
+    """Steps of the synthesizer's workflows, whose results go to baton.workflow, and one-step workflows
+    sent whole (router.direct_single_step), which the executor answers on baton.responses."""
     await ensure_topics(kafka_bootstrap)
     with run_standin("openai", port=0, mode="subprocess", latency_ms=1500) as base_url:
         config = executor_config(tmp_path, base_url, kafka_bootstrap, concurrency=16)
@@ -84,7 +87,7 @@ async def test_a_replica_killed_mid_flight_loses_nothing_and_repeats_no_complete
         try:
             procs.start(2)
             await asyncio.to_thread(procs.wait_balanced)
-            tasks = [make_task(uuid.uuid4().hex, "limited", f"task marker-{i:03d}") for i in range(48)]
+            tasks = [make_task(uuid.uuid4().hex, "limited", f"task marker-{i:03d}", direct=direct) for i in range(48)]
             await offer(kafka_bootstrap, "openai_compatible", tasks, rate=200)
             # Let the first calls finish and others start, then kill a replica that has calls in flight.
             await results.collect({tasks[0].task_id}, timeout=30)

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from baton.v1 import workflow_pb2
+from baton.v1 import responses_pb2, workflow_pb2
 from baton_platform import topics
 from baton_platform.kafka import partition_ids
 from baton_tools import procs
@@ -76,17 +76,19 @@ class ExecutorProcs:
 
 
 class StepResults:
-    """Every StepCompleted/StepFailed on baton.workflow from its current end, with its broker time."""
+    """Every step result from the current end of baton.workflow (StepCompleted/StepFailed, a synthesizer's
+    steps) and of baton.responses (the final responses of one-step workflows the executor answers itself,
+    router.direct_single_step: one result per step of their episodes), each with its broker time."""
 
     def __init__(self, bootstrap: str) -> None:
         self.bootstrap = bootstrap
         self.consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
-        self.events: list[tuple[int, workflow_pb2.WorkflowEvent]] = []
+        self.results: list[tuple[int, str, bool]] = []  # (broker time, task id, completed)
 
     async def start(self) -> None:
         await self.consumer.start()
-        ids = await partition_ids({"bootstrap_servers": self.bootstrap}, topics.WORKFLOW)
-        tps = [TopicPartition(topics.WORKFLOW, p) for p in ids]
+        tps = [TopicPartition(topic, p) for topic in (topics.WORKFLOW, topics.RESPONSES)
+               for p in await partition_ids({"bootstrap_servers": self.bootstrap}, topic)]
         self.consumer.assign(tps)
         await self.consumer.seek_to_end(*tps)
         for tp in tps:
@@ -99,20 +101,34 @@ class StepResults:
             batch = await self.consumer.getmany(timeout_ms=500)
             for records in batch.values():
                 for r in records:
-                    self.events.append((r.timestamp, workflow_pb2.WorkflowEvent.FromString(r.value)))
+                    self.results.extend((r.timestamp, task_id, ok) for task_id, ok in _step_results(r.topic, r.value))
 
     def completed(self) -> list[tuple[int, str]]:
         """(broker time, task id) of every completion, duplicates included."""
-        return [(ts, e.step_completed.task_id) for ts, e in self.events if e.WhichOneof("event") == "step_completed"]
+        return [(ts, task_id) for ts, task_id, ok in self.results if ok]
 
     def failed(self) -> list[tuple[int, str]]:
-        return [(ts, e.step_failed.task_id) for ts, e in self.events if e.WhichOneof("event") == "step_failed"]
+        return [(ts, task_id) for ts, task_id, ok in self.results if not ok]
 
     def done_ids(self) -> set[str]:
         return {tid for _, tid in self.completed() + self.failed()}
 
     async def stop(self) -> None:
         await self.consumer.stop()
+
+
+def _step_results(topic: str, value: bytes) -> list[tuple[str, bool]]:
+    """(task id, completed) of each step result in one record of baton.workflow or baton.responses."""
+    if topic == topics.WORKFLOW:
+        event = workflow_pb2.WorkflowEvent.FromString(value)
+        kind = event.WhichOneof("event")
+        if kind == "step_completed":
+            return [(event.step_completed.task_id, True)]
+        return [(event.step_failed.task_id, False)] if kind == "step_failed" else []
+    response = responses_pb2.Response.FromString(value)
+    if response.WhichOneof("outcome") not in ("answer", "error"):
+        return []  # a stream's deltas, or a progress note
+    return [(f"{response.request_id}:{s.step}:{s.attempt}", not s.HasField("error")) for s in response.episode.steps]
 
 
 def sustained_rate(stamps_ms: list[int]) -> float | None:
