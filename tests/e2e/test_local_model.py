@@ -47,8 +47,13 @@ def test_a_question_the_matrix_lacks_is_answered_by_the_real_model(kafka_bootstr
     answer = free.choices[0].message.content
     info = free.model_extra["baton"]
     print("answer:", answer, "| steps:", info["steps"])
-    # The plan named the sim worker; the step ran, on its second attempt, on the real model.
+    # The plan named the sim worker; the step ran, on its second attempt, on the real model. The router
+    # sent the one-step plan straight to the sim executor, which handed the failed step to the synthesizer
+    # for the fallback (router.direct_single_step).
     assert info["plan"]["steps"][0]["worker"] == "gemini-flash"
+    executor_log = (stack.run_dir / "logs" / "executor-sim-0.log").read_text().splitlines()
+    assert any(info["request_id"] in line and "goes to the synthesizer for the fallback" in line
+               for line in executor_log), "the step did not go through the sim executor's hand-over"
     (step,) = info["steps"]
     assert (step["worker"], step["attempt"], step["model"]) == (LOCAL, 2, "smollm2-135m-instruct")
     assert step["output_tokens"] > 0 and "error" not in step

@@ -22,6 +22,7 @@ from baton_platform import topics
 from baton_platform.consumer import Publisher
 from baton_platform.telemetry import setup_tracing
 from baton_tools.standins.server import run_standin
+from baton_workflow.steps import handed_over
 
 
 async def test_a_sim_task_is_answered_once_even_when_redelivered(bus):
@@ -220,6 +221,57 @@ async def test_a_one_step_workflow_sent_straight_here_is_answered_to_the_client_
     async with bus.running(app, topics.RESPONSES) as seen:
         rerun = await seen[topics.RESPONSES].wait(lambda r: r.key == again.encode(), timeout=5)
     assert rerun == [], "a task whose answer was already published ran again"
+
+
+@pytest.mark.parametrize("fallback", ["llama-70b", None])
+async def test_a_one_step_workflow_whose_step_fails_goes_to_the_synthesizer_when_its_worker_has_a_fallback(
+        bus, fallback):
+    """A step sent whole (router.direct_single_step) that fails, here on a question the sim matrix
+    lacks: with a fallback configured for its worker, the workflow is handed to the synthesizer (one
+    WorkflowPlanned record carrying the failed attempt), and the client is not answered from here; without
+    one, the client gets the failure at once."""
+    data = default_config_data()
+    if fallback:
+        next(w for w in data["workers"] if w["name"] == "gemini-pro")["fallback"] = fallback
+    config = bus.config(data=data)
+    rid = uuid.uuid4().hex
+    request = requests_pb2.ChatRequest(request_id=rid, reply_partition=1, created_unix_ms=1,
+                                       messages=[common_pb2.ChatMessage(role="user", content="Who wrote Hamlet?")])
+    plan = workflow_pb2.Plan(steps=[workflow_pb2.PlanStep(worker="gemini-pro", instruction="Answer.")], backend="static")
+    task = tasks_pb2.Task(task_id=f"{rid}:0:1", request_id=rid, step=0, attempt=1, worker="gemini-pro",
+                          query="Who wrote Hamlet?", messages=request.messages,
+                          workflow=workflow_pb2.WorkflowPlanned(request=request, plan=plan))
+
+    def mine(r) -> bool:
+        return r.key == rid.encode()
+
+    app = create_app(config, "sim", tracer_provider=setup_tracing("t", set_global=False))
+    handed, answered = (topics.WORKFLOW, topics.RESPONSES) if fallback else (topics.RESPONSES, topics.WORKFLOW)
+    async with bus.running(app, topics.RESPONSES, topics.WORKFLOW) as seen:
+        await bus.publish(app, topics.tasks_topic("sim"), rid, task.SerializeToString())
+        (record,) = await seen[handed].wait(mine)
+        assert await seen[answered].wait(mine, timeout=1) == []
+    if fallback is None:
+        response = responses_pb2.Response.FromString(record.value)
+        assert response.WhichOneof("outcome") == "error" and record.partition == 1
+        return
+    planned = workflow_pb2.WorkflowEvent.FromString(record.value).planned
+    assert planned.request == request and planned.plan == plan
+    failed = planned.handed_over
+    assert (failed.task_id, failed.step, failed.attempt, failed.worker) == (f"{rid}:0:1", 0, 1, "gemini-pro")
+    assert failed.error.message
+    if bus.kind != "kafka":
+        return
+    # The same task again, uncommitted, already handed over: a new executor leaves it to the synthesizer.
+    again = uuid.uuid4().hex
+    task.request_id = task.workflow.request.request_id = again
+    task.task_id = failed.task_id = f"{again}:0:1"
+    app = create_app(config, "sim", tracer_provider=setup_tracing("t", set_global=False))
+    await bus.publish(app, topics.tasks_topic("sim"), again, task.SerializeToString())
+    await bus.publish(app, topics.WORKFLOW, again, handed_over(task.workflow, failed).SerializeToString())
+    async with bus.running(app, topics.WORKFLOW) as seen:
+        rerun = await seen[topics.WORKFLOW].wait(lambda r: r.key == again.encode(), timeout=5)
+    assert rerun == [], "a task already handed over ran again"
 
 
 @pytest.mark.parametrize("bus", ["kafka"], indirect=True)

@@ -9,7 +9,7 @@ import time
 import uuid
 
 import httpx
-from testbed import completed, planned_event
+from testbed import completed, default_config_data, planned_event
 
 from baton.v1 import responses_pb2, tasks_pb2, workflow_pb2
 from baton_platform import topics
@@ -41,6 +41,41 @@ async def test_a_plan_runs_step_by_step_to_an_answer_on_the_reply_partition(bus)
     response = responses_pb2.Response.FromString(answer.value)
     assert answer.partition == 2, "the response goes to the partition the asking gateway reads"
     assert response.answer == "FINAL" and [s.output for s in response.episode.steps] == ["DRAFT-OUTPUT", "FINAL"]
+
+
+async def test_a_one_step_workflow_handed_over_by_its_executor_goes_on_to_the_fallback(bus):
+    """router.direct_single_step: the executor ran the one step, it failed, and the worker has a
+    fallback. The synthesizer starts from that failed attempt: it dispatches the fallback as attempt 2,
+    never the failed step again, and answers with the fallback's output and attempt, as on its own path."""
+    from baton.v1 import common_pb2, requests_pb2
+    from baton_workflow import Plan, to_proto
+    from baton_workflow.steps import handed_over
+
+    data = default_config_data()
+    next(w for w in data["workers"] if w["name"] == "gemini-pro")["fallback"] = "llama-70b"
+    app = create_app(bus.config(data=data), tracer_provider=setup_tracing("t", set_global=False))
+    rid = uuid.uuid4().hex
+    request = requests_pb2.ChatRequest(request_id=rid, messages=[common_pb2.ChatMessage(role="user", content="Q")],
+                                       reply_partition=2)
+    plan = to_proto(Plan(workers=["gemini-pro"], subtasks=["Answer."], access=[[]]), backend="static")
+    failed = workflow_pb2.StepFailed(task_id=f"{rid}:0:1", step=0, attempt=1, worker="gemini-pro",
+                                     error=common_pb2.Error(code="provider_error", message="not in the matrix"))
+    event = handed_over(workflow_pb2.WorkflowPlanned(request=request, plan=plan), failed)
+
+    async with bus.running(app, topics.tasks_topic("sim"), topics.RESPONSES) as seen:
+        tasks = seen[topics.tasks_topic("sim")]
+        await bus.publish(app, topics.WORKFLOW, rid, event.SerializeToString())
+        (dispatched,) = await tasks.wait(lambda r: r.key == rid.encode())
+        task = tasks_pb2.Task.FromString(dispatched.value)
+        assert (task.task_id, task.worker, task.attempt) == (f"{rid}:0:2", "llama-70b", 2)
+        done = workflow_pb2.WorkflowEvent(request_id=rid, step_completed=workflow_pb2.StepCompleted(
+            task_id=task.task_id, step=0, attempt=2, worker="llama-70b", output="FALLBACK"))
+        await bus.publish(app, topics.WORKFLOW, rid, done.SerializeToString())
+        (answer,) = await seen[topics.RESPONSES].wait(lambda r: r.key == rid.encode())
+        assert [r for r in tasks.records if r.key == rid.encode()] == [dispatched], "the failed step ran again"
+    response = responses_pb2.Response.FromString(answer.value)
+    assert response.answer == "FALLBACK" and answer.partition == 2
+    assert [(s.worker, s.attempt) for s in response.episode.steps] == [("llama-70b", 2)]
 
 
 async def test_an_event_that_is_not_a_workflow_event_is_dead_lettered_and_the_next_one_is_handled(bus):

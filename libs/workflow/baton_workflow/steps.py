@@ -82,6 +82,15 @@ def copy_answer_fields(into: responses_pb2.Response | workflow_pb2.StepCompleted
     into.logprobs.extend(final.logprobs)
 
 
+def handed_over(planned: workflow_pb2.WorkflowPlanned, failed: workflow_pb2.StepFailed) -> workflow_pb2.WorkflowEvent:
+    """A one-step workflow the executor ran whole, for the synthesizer to go on with after its step
+    failed: the plan, with that failed attempt, as one record (the synthesizer's run starts from it)."""
+    out = workflow_pb2.WorkflowPlanned()
+    out.CopyFrom(planned)
+    out.handed_over.CopyFrom(failed)
+    return workflow_pb2.WorkflowEvent(request_id=planned.request.request_id, planned=out)
+
+
 def one_step_response(planned: workflow_pb2.WorkflowPlanned, result: workflow_pb2.WorkflowEvent,
                       now_ms: int) -> responses_pb2.Response:
     """The client's final response for a one-step workflow, from its only step's result: what the

@@ -42,7 +42,7 @@ from baton_platform.kafka import client_options, partition_ids, read_since
 from baton_platform.messages import PoisonMessage
 from baton_platform.service import Service
 from baton_workflow.errors import WorkflowError
-from baton_workflow.steps import one_step_response, past_deadline
+from baton_workflow.steps import handed_over, one_step_response, past_deadline
 
 log = logging.getLogger(__name__)
 
@@ -70,13 +70,17 @@ class RecentIds:
 class TaskConsumer:
     def __init__(self, service: Service, provider: str, runner: StepRunner, limits: dict[str, WorkerLimits],
                  metrics: ExecutorMetrics, drain_timeout_s: float, direct_steps: bool = False,
-                 added_workers: Callable[[], dict[str, WorkerLimits]] | None = None) -> None:
+                 added_workers: Callable[[], dict[str, WorkerLimits]] | None = None,
+                 fallback_of: Callable[[str], str | None] = lambda worker: None) -> None:
         self.service = service
         # Looks for workers of this provider added to the configuration since (a task names one this
         # replica does not know): they start serving at once, with their limits shared as usual.
         self.added_workers = added_workers
         # router.direct_single_step: some tasks here answer the client, and recovery reads those answers back.
         self.direct_steps = direct_steps
+        # A worker's configured fallback: such a one-step workflow whose step fails here is handed to the
+        # synthesizer, which moves the step to it, instead of answering the client with the failure.
+        self.fallback_of = fallback_of
         self.drain_timeout_s = drain_timeout_s
         self.provider = provider
         self.topic = topics.tasks_topic(provider)
@@ -94,7 +98,8 @@ class TaskConsumer:
         # time is its new owner's, even once the partition comes back (it is read again then).
         self.revocations: dict[TopicPartition, int] = {}
         self.stopping = False  # set by drain: no new task starts; the next owner runs it
-        self.results = service.publisher(topics.WORKFLOW, workflow_pb2.WorkflowEvent, "Steps' results.")
+        self.results = service.publisher(topics.WORKFLOW, workflow_pb2.WorkflowEvent,
+                                         "Steps' results, and one-step workflows handed over for their worker's fallback.")
         self.answers = service.publisher(topics.RESPONSES, responses_pb2.Response,
                                          "Answer text as it comes, for streaming clients; the answers of one-step "
                                          "workflows the router sent straight here.")
@@ -205,7 +210,9 @@ class TaskConsumer:
         delay = self.publish_retry_s
         while True:
             try:
-                if task.HasField("workflow"):
+                if task.HasField("workflow") and self._hands_over(task, event):
+                    await self.results.send(handed_over(task.workflow, event.step_failed), key=task.request_id)
+                elif task.HasField("workflow"):
                     # The client request's whole workflow (router.direct_single_step): answer the client.
                     planned = task.workflow
                     await self.answers.send(one_step_response(planned, event, int(time.time() * 1000)),
@@ -222,6 +229,17 @@ class TaskConsumer:
                 log.warning("result of task %s not published (%s); retrying in %.2f s", task.task_id, e, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
+
+    def _hands_over(self, task: tasks_pb2.Task, event: workflow_pb2.WorkflowEvent) -> bool:
+        """Whether a one-step workflow's failed step goes on to its worker's fallback, through the
+        synthesizer: not once the request's deadline has passed, when the synthesizer would end it too."""
+        if event.WhichOneof("event") != "step_failed" or past_deadline(task.deadline_unix_ms):
+            return False
+        if self.fallback_of(task.worker) is None:
+            return False
+        log.info("task %s failed on %s: its workflow goes to the synthesizer for the fallback",
+                 task.task_id, task.worker)
+        return True
 
     def _deltas(self, task: tasks_pb2.Task) -> DeltaBatcher | None:
         """For a streaming request's answering task: its text, published as it comes to the partition
@@ -338,8 +356,8 @@ class TaskConsumer:
 
     async def _published_since(self, probe, since_ms: int) -> set[str]:
         """Tasks whose results were published since `since_ms`: steps completed on baton.workflow, and,
-        with direct steps, the steps of final responses on baton.responses (one-step workflows answered
-        from here). Without them that busier topic is not read."""
+        with direct steps, the one-step workflows handed over there and the steps of final responses on
+        baton.responses (one-step workflows answered from here). Without them that busier topic is not read."""
         options = client_options(self.service.kafka)
         read = (topics.WORKFLOW, topics.RESPONSES) if self.direct_steps else (topics.WORKFLOW,)
         parts = [TopicPartition(topic, p) for topic in read for p in await partition_ids(options, topic)]
@@ -350,6 +368,8 @@ class TaskConsumer:
                     event = workflow_pb2.WorkflowEvent.FromString(r.value)
                     if event.WhichOneof("event") == "step_completed":
                         found.add(event.step_completed.task_id)
+                    elif event.WhichOneof("event") == "planned" and event.planned.HasField("handed_over"):
+                        found.add(event.planned.handed_over.task_id)  # the synthesizer has taken it over
                     continue
                 response = responses_pb2.Response.FromString(r.value)
                 if response.WhichOneof("outcome") in ("answer", "error"):

@@ -53,7 +53,8 @@ def create_app(config: BatonConfig, provider: str, tracer_provider: TracerProvid
         return {w.name: worker_limits(w) for w in new}
 
     consumer = TaskConsumer(service, provider, runner, limits, metrics, config.executor.drain_timeout_s,
-                            direct_steps=config.router.direct_single_step, added_workers=added_workers)
+                            direct_steps=config.router.direct_single_step, added_workers=added_workers,
+                            fallback_of=lambda name: configs[name].fallback if name in configs else None)
 
     async def close() -> None:
         await consumer.exchange.stop()

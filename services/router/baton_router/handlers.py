@@ -38,13 +38,14 @@ def kept_answer(request: requests_pb2.ChatRequest, plan: workflow_pb2.Plan, seco
 def direct_task(request: requests_pb2.ChatRequest, plan: workflow_pb2.Plan,
                 workers: Mapping[str, WorkerConfig]) -> tasks_pb2.Task | None:
     """The task that runs this workflow whole at the executor (router.direct_single_step), or None when
-    it needs the synthesizer: more than one step, the conductor or a worker with a fallback as its step,
-    a streaming client (its progress and deltas), an inner call (its result returns to a parent) or a
-    candidate of an exploration group (its outcome may be judged with the others)."""
+    it needs the synthesizer: more than one step, the conductor as its step, a streaming client (its
+    progress and deltas), an inner call (its result returns to a parent) or a candidate of an exploration
+    group (its outcome may be judged with the others). A step on a worker with a fallback goes too: if it
+    fails, its executor hands the workflow to the synthesizer, which moves it to the fallback."""
     if len(plan.steps) != 1 or request.stream or request.HasField("parent") or request.group_size > 1:
         return None
     worker = workers.get(plan.steps[0].worker)
-    if worker is None or worker.fallback:
+    if worker is None:
         return None
     task = step_task(request, from_proto(plan), 0, 1, worker.name, {})
     task.workflow.CopyFrom(workflow_pb2.WorkflowPlanned(request=request, plan=plan,

@@ -136,6 +136,9 @@ class RunConsumer:
                                             trace_context=otel_context.get_current())
             if run is not None and self._workers.lacks(w for w in run.plan.workers if w != CONDUCTOR):
                 self._workers.refresh()  # a router restarted with a worker added to the file plans for it
+            if run is not None and event.planned.HasField("handed_over"):
+                # Its executor ran the step and it failed: the run goes on from there, to the fallback.
+                return self.workflows.on_failed(run.request.request_id, event.planned.handed_over)
             return run
         if kind == "step_completed":
             return self.workflows.on_completed(event.request_id, event.step_completed)

@@ -49,14 +49,16 @@ class Plan(_message.Message):
     def __init__(self, steps: _Optional[_Iterable[_Union[PlanStep, _Mapping]]] = ..., backend: _Optional[str] = ..., policy_version: _Optional[str] = ..., fallback: _Optional[bool] = ..., invalid_reason: _Optional[str] = ..., token_logprobs: _Optional[_Iterable[float]] = ..., propensity: _Optional[float] = ..., action: _Optional[str] = ..., log_propensity: _Optional[float] = ...) -> None: ...
 
 class WorkflowPlanned(_message.Message):
-    __slots__ = ("request", "plan", "planned_unix_ms")
+    __slots__ = ("request", "plan", "planned_unix_ms", "handed_over")
     REQUEST_FIELD_NUMBER: _ClassVar[int]
     PLAN_FIELD_NUMBER: _ClassVar[int]
     PLANNED_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    HANDED_OVER_FIELD_NUMBER: _ClassVar[int]
     request: _requests_pb2.ChatRequest
     plan: Plan
     planned_unix_ms: int
-    def __init__(self, request: _Optional[_Union[_requests_pb2.ChatRequest, _Mapping]] = ..., plan: _Optional[_Union[Plan, _Mapping]] = ..., planned_unix_ms: _Optional[int] = ...) -> None: ...
+    handed_over: StepFailed
+    def __init__(self, request: _Optional[_Union[_requests_pb2.ChatRequest, _Mapping]] = ..., plan: _Optional[_Union[Plan, _Mapping]] = ..., planned_unix_ms: _Optional[int] = ..., handed_over: _Optional[_Union[StepFailed, _Mapping]] = ...) -> None: ...
 
 class StepCompleted(_message.Message):
     __slots__ = ("task_id", "step", "attempt", "worker", "output", "usage", "latency_ms", "model", "inner_plan", "tool_calls", "finish_reason", "logprobs")

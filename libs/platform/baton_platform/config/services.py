@@ -51,10 +51,11 @@ class RouterConfig(_HttpService):
     explore_group_size: int = Field(default=4, ge=2, le=64, description="Candidate workflows per explored request.")
     direct_single_step: bool = Field(
         default=True,
-        description="A client request whose plan is one step on a worker without a fallback, not streamed and not "
-        "explored, goes from the router straight to the executor, which answers the client: two Kafka hops and the "
-        "synthesizer fewer. Such a step has no synthesizer.step_timeout_s (the request's deadline bounds it) and no "
-        "synthesizer budget check (one call never exceeds one). False: every workflow goes through the synthesizer.")
+        description="A client request whose plan is one step, not streamed and not explored, goes from the router "
+        "straight to the executor, which answers the client: two Kafka hops and the synthesizer fewer (a step that "
+        "fails on a worker with a fallback is handed to the synthesizer, which runs the fallback). Such a step has "
+        "no synthesizer.step_timeout_s (the request's deadline bounds it) and no synthesizer budget check (one call "
+        "never exceeds one). False: every workflow goes through the synthesizer.")
     policy_name: str = Field(
         default=DEFAULT_POLICY_NAME, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
         description="The policy this deployment serves: routers load, and the gateway offers, only the versions "
