@@ -78,6 +78,26 @@ async def test_a_one_step_workflow_handed_over_by_its_executor_goes_on_to_the_fa
     assert [(s.worker, s.attempt) for s in response.episode.steps] == [("llama-70b", 2)]
 
 
+async def test_a_hand_over_naming_no_step_of_its_plan_runs_the_plan_from_the_start(bus):
+    """A record on the bus is not trusted: a handed-over failure for a step the plan lacks neither
+    stalls the workflow nor moves anything to a fallback; the plan's step is dispatched as attempt 1."""
+    from baton.v1 import common_pb2, requests_pb2
+    from baton_workflow import Plan, to_proto
+    from baton_workflow.steps import handed_over
+
+    app = create_app(bus.config(), tracer_provider=setup_tracing("t", set_global=False))
+    rid = uuid.uuid4().hex
+    request = requests_pb2.ChatRequest(request_id=rid, messages=[common_pb2.ChatMessage(role="user", content="Q")])
+    plan = to_proto(Plan(workers=["gemini-pro"], subtasks=["Answer."], access=[[]]), backend="static")
+    bogus = workflow_pb2.StepFailed(task_id=f"{rid}:5:1", step=5, attempt=1, worker="gemini-pro")
+    async with bus.running(app, topics.tasks_topic("sim")) as seen:
+        await bus.publish(app, topics.WORKFLOW, rid,
+                          handed_over(workflow_pb2.WorkflowPlanned(request=request, plan=plan), bogus).SerializeToString())
+        (dispatched,) = await seen[topics.tasks_topic("sim")].wait(lambda r: r.key == rid.encode())
+    task = tasks_pb2.Task.FromString(dispatched.value)
+    assert (task.task_id, task.worker, task.attempt) == (f"{rid}:0:1", "gemini-pro", 1)
+
+
 async def test_an_event_that_is_not_a_workflow_event_is_dead_lettered_and_the_next_one_is_handled(bus):
     app = create_app(bus.config(), tracer_provider=setup_tracing("t", set_global=False))
     rid = uuid.uuid4().hex

@@ -138,7 +138,8 @@ class RunConsumer:
                 self._workers.refresh()  # a router restarted with a worker added to the file plans for it
             if run is not None and event.planned.HasField("handed_over"):
                 # Its executor ran the step and it failed: the run goes on from there, to the fallback.
-                return self.workflows.on_failed(run.request.request_id, event.planned.handed_over)
+                # (A failure naming no step of the plan is ignored: the run then starts from the beginning.)
+                return self.workflows.on_failed(run.request.request_id, event.planned.handed_over) or run
             return run
         if kind == "step_completed":
             return self.workflows.on_completed(event.request_id, event.step_completed)
