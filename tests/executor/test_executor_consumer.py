@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+import httpx
 import pytest
 from aiokafka import TopicPartition
 from testbed import default_config_data, first_question
@@ -251,6 +252,10 @@ async def test_a_one_step_workflow_whose_step_fails_goes_to_the_synthesizer_when
         await bus.publish(app, topics.tasks_topic("sim"), rid, task.SerializeToString())
         (record,) = await seen[handed].wait(mine)
         assert await seen[answered].wait(mine, timeout=1) == []
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://executor") as client:
+            metrics = (await client.get("/metrics")).text
+    counted = 'baton_executor_handed_over_total{provider="sim",worker="gemini-pro"} 1.0'
+    assert (counted in metrics) == bool(fallback), "each hand-over is counted, and only a hand-over"
     if fallback is None:
         response = responses_pb2.Response.FromString(record.value)
         assert response.WhichOneof("outcome") == "error" and record.partition == 1

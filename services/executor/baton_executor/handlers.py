@@ -239,6 +239,7 @@ class TaskConsumer:
             return False
         log.info("task %s failed on %s: its workflow goes to the synthesizer for the fallback",
                  task.task_id, task.worker)
+        self.metrics.handed_over.labels(self.provider, task.worker).inc()
         return True
 
     def _deltas(self, task: tasks_pb2.Task) -> DeltaBatcher | None:

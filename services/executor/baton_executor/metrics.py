@@ -27,6 +27,9 @@ class ExecutorMetrics:
                                     buckets=(0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30))
         self.expired = Counter("baton_executor_expired", "Tasks not sent to the provider: the request's deadline had passed",
                                ["provider", "worker"], registry=registry)
+        self.handed_over = Counter("baton_executor_handed_over", "One-step workflows sent here whole whose step failed, "
+                                   "handed to the synthesizer for the worker's fallback", ["provider", "worker"],
+                                   registry=registry)
         self.held = Counter("baton_executor_held", "Calls held back until the group confirmed this replica still "
                             "owns their task (the broker away, or the replica dropped from its group)", ["provider"],
                             registry=registry)
