@@ -29,6 +29,19 @@ def answer_options(request: requests_pb2.ChatRequest, into: tasks_pb2.Task | req
         into.answer.CopyFrom(request.answer)
 
 
+def task_id(request_id: str, step: int, attempt: int) -> str:
+    """The id of one attempt of one step: what executors and the synthesizer deduplicate on."""
+    return f"{request_id}:{step}:{attempt}"
+
+
+def episode_results(response: responses_pb2.Response) -> list[tuple[str, bool]]:
+    """(task id, completed) of each step in a final response's episode; none for a stream's deltas or
+    a progress note. Where a one-step workflow's executor answers the client itself, these are its results."""
+    if response.WhichOneof("outcome") not in ("answer", "error"):
+        return []
+    return [(task_id(response.request_id, s.step, s.attempt), not s.HasField("error")) for s in response.episode.steps]
+
+
 def step_task(request: requests_pb2.ChatRequest, plan: Plan, step: int, attempt: int, worker: str,
               outputs: Mapping[int, str]) -> tasks_pb2.Task:
     """The task for one step: the messages its access list allows (`outputs`: the earlier steps'
@@ -40,7 +53,7 @@ def step_task(request: requests_pb2.ChatRequest, plan: Plan, step: int, attempt:
                              native_tools=answering and bool(request.answer.tools))
     rid = request.request_id
     task = tasks_pb2.Task(
-        task_id=f"{rid}:{step}:{attempt}", request_id=rid, step=step, attempt=attempt, worker=worker,
+        task_id=task_id(rid, step, attempt), request_id=rid, step=step, attempt=attempt, worker=worker,
         messages=[common_pb2.ChatMessage(**m) for m in messages], deadline_unix_ms=request.deadline_unix_ms,
         query=query_text(conversation))
     if answering:

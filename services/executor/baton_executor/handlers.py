@@ -42,7 +42,7 @@ from baton_platform.kafka import client_options, partition_ids, read_since
 from baton_platform.messages import PoisonMessage
 from baton_platform.service import Service
 from baton_workflow.errors import WorkflowError
-from baton_workflow.steps import handed_over, one_step_response, past_deadline
+from baton_workflow.steps import episode_results, handed_over, one_step_response, past_deadline
 
 log = logging.getLogger(__name__)
 
@@ -208,9 +208,10 @@ class TaskConsumer:
         """Publish the step's result, again and again while the broker refuses, for as long as this
         replica owns a record of the task; False once it owns none (the new owner runs the task)."""
         delay = self.publish_retry_s
+        hand_over = task.HasField("workflow") and self._hands_over(task, event)
         while True:
             try:
-                if task.HasField("workflow") and self._hands_over(task, event):
+                if hand_over:
                     await self.results.send(handed_over(task.workflow, event.step_failed), key=task.request_id)
                 elif task.HasField("workflow"):
                     # The client request's whole workflow (router.direct_single_step): answer the client.
@@ -372,9 +373,7 @@ class TaskConsumer:
                     elif event.WhichOneof("event") == "planned" and event.planned.HasField("handed_over"):
                         found.add(event.planned.handed_over.task_id)  # the synthesizer has taken it over
                     continue
-                response = responses_pb2.Response.FromString(r.value)
-                if response.WhichOneof("outcome") in ("answer", "error"):
-                    found.update(f"{response.request_id}:{s.step}:{s.attempt}" for s in response.episode.steps)
+                found.update(tid for tid, _ in episode_results(responses_pb2.Response.FromString(r.value)))
         return found
 
     # -- metrics -------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from baton_workflow.steps import (
     record_step,
     step_failure,
     step_task,
+    task_id,
 )
 
 log = logging.getLogger(__name__)
@@ -357,17 +358,17 @@ class Runs:
         """The inner request of a conductor step: the user's request, the steps this one may read
         (the workflow so far) and the latest of their outputs, with what is left of the budget."""
         rid = run.request.request_id
-        task_id = f"{rid}:{step}:{attempt}"
+        inner_id = task_id(rid, step, attempt)
         readable = readable_steps(run.plan.access[step], step)
         parent = requests_pb2.Parent(
-            request_id=rid, task_id=task_id, step=step, attempt=attempt,
+            request_id=rid, task_id=inner_id, step=step, attempt=attempt,
             depth=(run.request.parent.depth if run.request.HasField("parent") else 0) + 1,
             steps=[requests_pb2.PriorStep(worker=run.workers[j], instruction=run.plan.subtasks[j],
                                           output=run.done[j].output) for j in readable],
             last_answer=run.done[readable[-1]].output if readable else "",
         )
         inner = requests_pb2.ChatRequest(
-            request_id=task_id, policy=run.request.policy, messages=run.request.messages,
+            request_id=inner_id, policy=run.request.policy, messages=run.request.messages,
             metadata=run.request.metadata, deadline_unix_ms=run.request.deadline_unix_ms,
             created_unix_ms=self._clock(), parent=parent)
         if step == run.plan.steps - 1:
@@ -483,7 +484,7 @@ class Runs:
         judge = self._workers[self._judge_worker]
         step, rid = run.plan.steps, run.request.request_id
         task = tasks_pb2.Task(
-            task_id=f"{rid}:{step}:1", request_id=rid, step=step, attempt=1, worker=judge.name,
+            task_id=task_id(rid, step, 1), request_id=rid, step=step, attempt=1, worker=judge.name,
             messages=[common_pb2.ChatMessage(**m) for m in judge_messages(query_text(run.conversation),
                                                                          [a for _, a in answers])],
             deadline_unix_ms=run.request.deadline_unix_ms, query=query_text(run.conversation),

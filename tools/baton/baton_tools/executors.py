@@ -16,6 +16,7 @@ from baton.v1 import responses_pb2, workflow_pb2
 from baton_platform import topics
 from baton_platform.kafka import partition_ids
 from baton_tools import procs
+from baton_workflow.steps import episode_results
 
 _SHARE = re.compile(r"^baton_executor_limit_share\{[^}]*\} ([0-9.e+-]+)$", re.M)
 
@@ -125,10 +126,7 @@ def _step_results(topic: str, value: bytes) -> list[tuple[str, bool]]:
         if kind == "step_completed":
             return [(event.step_completed.task_id, True)]
         return [(event.step_failed.task_id, False)] if kind == "step_failed" else []
-    response = responses_pb2.Response.FromString(value)
-    if response.WhichOneof("outcome") not in ("answer", "error"):
-        return []  # a stream's deltas, or a progress note
-    return [(f"{response.request_id}:{s.step}:{s.attempt}", not s.HasField("error")) for s in response.episode.steps]
+    return episode_results(responses_pb2.Response.FromString(value))
 
 
 def sustained_rate(stamps_ms: list[int]) -> float | None:
