@@ -414,9 +414,8 @@ def test_every_service_accepts_the_rendered_configuration(ci_file, tmp_path, mon
     services' own loader, which rejects unknown keys: chart and code must agree on every field."""
     import asyncio
 
-    import httpx
-
     from baton_executor.providers.registry import build_workers
+    from baton_executor.transport import ProviderClient
 
     objects = render((ci_file,))
     path = tmp_path / "baton.yaml"
@@ -433,7 +432,7 @@ def test_every_service_accepts_the_rendered_configuration(ci_file, tmp_path, mon
             provider = c["args"][c["args"].index("--provider") + 1] if c["name"] == "executor" else None
             # The sim provider reads its matrix from a volume this machine does not have.
             if provider is not None and provider != "sim":
-                client = httpx.AsyncClient()
+                client = ProviderClient()
                 try:
                     # Raises when the pod lacks a variable one of its workers names for its key.
                     assert build_workers(config.workers, provider, client)

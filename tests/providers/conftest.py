@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from baton_executor.providers import ProviderError, build_provider
-from baton_executor.transport import provider_client
+from baton_executor.transport import ProviderClient
 from baton_tools.standins import reset_standin, run_standin
 
 # Shaped like a real key so that any masking or echoing by a provider would show up.
@@ -29,15 +29,15 @@ def standins(_standins):
     return _standins
 
 
-@pytest.fixture(params=["executor-client", "httpx-pool"])
+@pytest.fixture(params=["executor-client", "httpx-client"])
 async def make_provider(standins, request):
     """Build adapters pointed at the stand-ins; closed after the test. Each test runs through the
-    executor's client (httpx over aiohttp's pool) and through httpx's own pool, which an adapter
-    given any other httpx client uses: the adapters behave alike on both."""
+    executor's client (straight on aiohttp's pool) and through an httpx client, which an adapter
+    may be given instead: the adapters behave alike on both."""
     built = []
     # A borrowed client per test: building one with CA verification costs ~30 ms,
     # and the stand-ins are plain HTTP anyway. test_provider_base covers owned clients.
-    client = (provider_client(verify=False, trust_env=False) if request.param == "executor-client"
+    client = (ProviderClient(verify=False, trust_env=False) if request.param == "executor-client"
               else httpx.AsyncClient(verify=False, trust_env=False))
 
     def make(kind, *, stream=False, api_key=API_KEY, base_url=None, **kwargs):

@@ -81,21 +81,27 @@ async def test_bad_base_url_is_final():
 
 @pytest.mark.parametrize("kind", ["openai_compatible", "gemini"])
 async def test_calls_reuse_their_parsed_url_and_log_no_line_per_request(kind, caplog):
-    """httpx logs every request with its URL at INFO: the services' logging keeps it at WARNING."""
+    """The executor's client parses each URL once, and no line is logged per request through it or
+    through an httpx client (httpx logs every request with its URL at INFO: the services' logging
+    keeps it at WARNING)."""
     configure_logging("test")
     try:
         with caplog.at_level(logging.INFO), run_standin("openai" if kind == "openai_compatible" else kind) as base_url:
-            provider = build_provider(kind, base_url=base_url, api_key="sk-secret-1")
-            try:
-                for model in ("m1", "m1", "m2"):
-                    reply = await provider.complete(ProviderCall(model=model, messages=[{"role": "user", "content": "x"}]))
-                    assert model in reply.text
-            finally:
-                await provider.aclose()
-        assert not [r for r in caplog.records if r.name.startswith("httpx")]
-        # One parsed URL per distinct URL: the same for every model on an OpenAI-compatible server,
-        # one per model on Gemini's.
-        assert len(provider._urls) == (1 if kind == "openai_compatible" else 2)
+            async with httpx.AsyncClient() as given:
+                owned = build_provider(kind, base_url=base_url, api_key="sk-secret-1")
+                borrowed = build_provider(kind, base_url=base_url, api_key="sk-secret-1", client=given)
+                try:
+                    for provider in (owned, borrowed):
+                        for model in ("m1", "m1", "m2"):
+                            call = ProviderCall(model=model, messages=[{"role": "user", "content": "x"}])
+                            assert model in (await provider.complete(call)).text
+                    # One parsed URL per distinct URL: the same for every model on an OpenAI-compatible
+                    # server, one per model on Gemini's.
+                    assert len(owned.client._urls) == (1 if kind == "openai_compatible" else 2)
+                finally:
+                    await owned.aclose()
+                    await borrowed.aclose()
+        assert not [r for r in caplog.records if r.name.startswith(("httpx", "aiohttp"))]
     finally:
         logging.getLogger("httpx").setLevel(logging.NOTSET)
         for handler in [h for h in logging.getLogger().handlers if getattr(h, "baton", False)]:

@@ -6,7 +6,6 @@ import argparse
 import logging
 
 from faststream.asgi import AsgiFastStream
-from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
 from opentelemetry.sdk.trace import TracerProvider
 
 from baton_executor.handlers import TaskConsumer
@@ -14,7 +13,7 @@ from baton_executor.limits import WorkerLimits
 from baton_executor.metrics import ExecutorMetrics
 from baton_executor.providers.registry import build_workers
 from baton_executor.step_runner import StepRunner
-from baton_executor.transport import provider_client
+from baton_executor.transport import ProviderClient
 from baton_platform import topics
 from baton_platform.config import PROVIDERS, BatonConfig, ConfigWatch, WorkerConfig, load_config
 from baton_platform.http import serve
@@ -26,8 +25,7 @@ log = logging.getLogger(__name__)
 
 def create_app(config: BatonConfig, provider: str, tracer_provider: TracerProvider | None = None) -> AsgiFastStream:
     service = Service.create(topics.executor_service_name(provider), config.kafka, tracer_provider)
-    client = provider_client()
-    HTTPXClientInstrumentor.instrument_client(client, tracer_provider=service.tracer_provider)
+    client = ProviderClient(tracer=service.tracer_provider.get_tracer("baton.executor.http"))
     workers = build_workers(config.workers, provider, client)
     configs = {w.name: w for w in config.workers if w.provider == provider}
     limits = {w.name: worker_limits(w) for w in configs.values()}

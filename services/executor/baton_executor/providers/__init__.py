@@ -1,4 +1,4 @@
-"""LLM provider adapters: one small httpx client per API, behind one contract."""
+"""LLM provider adapters: one per API, behind one contract, sharing the executor's HTTP client."""
 
 from .base import Provider, ProviderCall, ProviderError, ProviderReply
 from .registry import PROVIDER_KINDS, build_provider

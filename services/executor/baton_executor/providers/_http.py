@@ -1,17 +1,19 @@
-"""Plumbing shared by the httpx-based adapters: client ownership, deadlines,
+"""Plumbing shared by the HTTP adapters: client ownership, request encoding, deadlines,
 transport-error mapping, HTTP error classification and SSE parsing."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 
-from ..transport import provider_client
+from ..transport import Client, HttpxClient, ProviderClient, Reply, TransportError
 from .base import (
     ProviderCall,
     ProviderError,
@@ -32,13 +34,13 @@ class SSEEvent:
     data: str
 
 
-async def iter_sse(response: httpx.Response) -> AsyncIterator[SSEEvent]:
+async def iter_sse(reply: Reply) -> AsyncIterator[SSEEvent]:
     """Server-sent events per the WHATWG rules that matter here: ``event``/``data``
     fields, multi-line data, comments, and any of CRLF/LF/CR line endings
     (Gemini terminates events with CRLF CRLF)."""
     event: str | None = None
     data: list[str] = []
-    async for line in response.aiter_lines():
+    async for line in reply.lines():
         if line == "":
             if data:
                 yield SSEEvent(event, "\n".join(data))
@@ -71,24 +73,23 @@ class HttpProvider:
         base_url: str | None,
         api_key: str | None,
         stream: bool,
-        client: httpx.AsyncClient | None,
+        client: Client | httpx.AsyncClient | None,
         max_output_tokens_default: int | None,
     ) -> None:
         self.base_url = (base_url or self.default_base_url).rstrip("/")
         self.stream = stream
         self.max_output_tokens_default = max_output_tokens_default
         self._api_key = api_key or None
-        self._client = client
+        self._client: Client | None = HttpxClient(client) if isinstance(client, httpx.AsyncClient) else client
         self._owns_client = client is None
-        self._urls: dict[str, httpx.URL] = {}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(kind={self.name!r}, base_url={self.base_url!r}, stream={self.stream})"
 
     @property
-    def client(self) -> httpx.AsyncClient:
+    def client(self) -> Client:
         if self._client is None:
-            self._client = provider_client()
+            self._client = ProviderClient()
         return self._client
 
     async def aclose(self) -> None:
@@ -101,7 +102,7 @@ class HttpProvider:
     async def complete(self, call: ProviderCall) -> ProviderReply:
         self._check_call(call)
         try:
-            # httpx timeouts bound each phase (connect, each read); the
+            # The client's timeouts bound each phase (connect, each read); the
             # deadline below bounds the whole call, including slow streams.
             async with asyncio.timeout(call.timeout_s):
                 if self.stream or call.on_delta is not None:
@@ -111,20 +112,16 @@ class HttpProvider:
             raise ProviderError(
                 f"{self.name}: no complete reply within {call.timeout_s:g}s", retryable=True
             ) from None
-        except httpx.TimeoutException as exc:
-            raise ProviderError(
-                f"{self.name}: {type(exc).__name__} after {call.timeout_s:g}s", retryable=True
-            ) from None
-        except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
-            raise ProviderError(
-                f"{self.name}: bad base_url {self.base_url!r}: {clip(redact(str(exc), self._api_key))}",
-                retryable=False,
-            ) from None
-        except httpx.RequestError as exc:
-            detail = clip(redact(str(exc), self._api_key)) or "no detail"
-            raise ProviderError(
-                f"{self.name}: connection failed ({type(exc).__name__}: {detail})", retryable=True
-            ) from None
+        except TransportError as exc:
+            raise self._transport_failure(exc, call) from None
+
+    def _transport_failure(self, exc: TransportError, call: ProviderCall) -> ProviderError:
+        detail = clip(redact(str(exc), self._api_key)) or "no detail"
+        if exc.timeout:
+            return ProviderError(f"{self.name}: {detail} (timeout {call.timeout_s:g}s)", retryable=True)
+        if exc.bad_url:
+            return ProviderError(f"{self.name}: bad base_url {self.base_url!r}: {detail}", retryable=False)
+        return ProviderError(f"{self.name}: connection failed ({detail})", retryable=True)
 
     def _check_call(self, call: ProviderCall) -> None:
         if not call.messages:
@@ -150,48 +147,29 @@ class HttpProvider:
 
     # --- transport ---------------------------------------------------------------
 
-    def _parsed(self, url: str) -> httpx.URL:
-        """The request URL, parsed once: httpx parses a URL given as a string on every request,
-        a tenth of the executor's CPU in `make bench`'s profile. One URL per model at most."""
-        parsed = self._urls.get(url)
-        if parsed is None:
-            if len(self._urls) >= 256:
-                self._urls.clear()
-            parsed = self._urls[url] = httpx.URL(url)
-        return parsed
+    def _post(self, call: ProviderCall, *, stream: bool) -> contextlib.AbstractAsyncContextManager[Reply]:
+        url, body, params = self._request(call, stream=stream)
+        if params:
+            url = f"{url}?{urlencode(params)}"
+        content = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+        headers = {"content-type": "application/json", **self._headers()}
+        return self.client.post(url, content, headers, call.timeout_s)
 
     async def _complete_plain(self, call: ProviderCall) -> ProviderReply:
-        url, body, params = self._request(call, stream=False)
-        response = await self.client.post(
-            self._parsed(url),
-            json=body,
-            params=params,
-            headers=self._headers(),
-            timeout=httpx.Timeout(call.timeout_s),
-        )
-        if response.status_code >= 400:
-            raise self._error_from_response(response.status_code, response.headers, response.content)
-        return self._parse_reply(self._decode_json(response.content), call)
+        async with self._post(call, stream=False) as reply:
+            content = await reply.read()
+            if reply.status >= 400:
+                raise self._error_from_response(reply.status, reply.headers, content)
+        return self._parse_reply(self._decode_json(content), call)
 
     async def _complete_streaming(self, call: ProviderCall) -> ProviderReply:
-        url, body, params = self._request(call, stream=True)
-        async with self.client.stream(
-            "POST",
-            self._parsed(url),
-            json=body,
-            params=params,
-            headers=self._headers(),
-            timeout=httpx.Timeout(call.timeout_s),
-        ) as response:
-            if response.status_code >= 400:
-                await response.aread()
-                raise self._error_from_response(response.status_code, response.headers, response.content)
-            content_type = response.headers.get("content-type", "")
-            if content_type.startswith("application/json"):
+        async with self._post(call, stream=True) as reply:
+            if reply.status >= 400:
+                raise self._error_from_response(reply.status, reply.headers, await reply.read())
+            if reply.headers.get("content-type", "").startswith("application/json"):
                 # Some OpenAI-compatible servers ignore the stream flag.
-                await response.aread()
-                return self._parse_reply(self._decode_json(response.content), call)
-            return await self._read_stream(response, call)
+                return self._parse_reply(self._decode_json(await reply.read()), call)
+            return await self._read_stream(reply, call)
 
     def _decode_json(self, content: bytes) -> Any:
         try:
@@ -274,7 +252,7 @@ class HttpProvider:
     def _parse_reply(self, body: Any, call: ProviderCall) -> ProviderReply:
         raise NotImplementedError
 
-    async def _read_stream(self, response: httpx.Response, call: ProviderCall) -> ProviderReply:
+    async def _read_stream(self, reply: Reply, call: ProviderCall) -> ProviderReply:
         raise NotImplementedError
 
     def _error_detail(self, body: Any) -> tuple[str | None, str | None]:

@@ -7,8 +7,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-import httpx
-
+from ..transport import Reply
 from ._http import HttpProvider, arguments_object, int_or_zero, iter_sse, tool_turns
 from .base import (
     AnswerSpec,
@@ -134,7 +133,7 @@ class AnthropicProvider(HttpProvider):
             tool_calls=calls,
         )
 
-    async def _read_stream(self, response: httpx.Response, call: ProviderCall) -> ProviderReply:
+    async def _read_stream(self, reply: Reply, call: ProviderCall) -> ProviderReply:
         parts: list[str] = []
         calls: dict[int, dict[str, str]] = {}  # by block index: id and name at the start, input in pieces
         model: str | None = None
@@ -142,7 +141,7 @@ class AnthropicProvider(HttpProvider):
         output_tokens = 0
         stop_reason: str | None = None
         done = False
-        async for event in iter_sse(response):
+        async for event in iter_sse(reply):
             payload = self._decode_event(event.data)
             kind = payload.get("type") or event.event
             if kind == "message_start":

@@ -12,8 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-import httpx
-
+from ..transport import Reply
 from ._http import HttpProvider, arguments_object, int_or_zero, iter_sse, tool_turns
 from .base import (
     AnswerSpec,
@@ -178,7 +177,7 @@ class GeminiProvider(HttpProvider):
             logprobs=_logprobs(candidate),
         )
 
-    async def _read_stream(self, response: httpx.Response, call: ProviderCall) -> ProviderReply:
+    async def _read_stream(self, reply: Reply, call: ProviderCall) -> ProviderReply:
         parts: list[str] = []
         usage: Mapping[str, Any] = {}
         finish_reason: str | None = None
@@ -186,7 +185,7 @@ class GeminiProvider(HttpProvider):
         last: dict[str, Any] = {}
         seen: list[Mapping[str, Any]] = []  # candidates of every chunk: function calls come whole, in any
         logprobs: list[TokenLogprob] = []
-        async for event in iter_sse(response):
+        async for event in iter_sse(reply):
             chunk = self._decode_event(event.data)
             if isinstance(chunk.get("error"), dict):
                 message, code = self._error_detail(chunk)

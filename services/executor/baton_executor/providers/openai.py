@@ -6,8 +6,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-import httpx
-
+from ..transport import Reply
 from ._http import HttpProvider, int_or_zero, iter_sse
 from .base import (
     AnswerSpec,
@@ -139,7 +138,7 @@ class OpenAIProvider(HttpProvider):
             logprobs=_logprobs(choice),
         )
 
-    async def _read_stream(self, response: httpx.Response, call: ProviderCall) -> ProviderReply:
+    async def _read_stream(self, reply: Reply, call: ProviderCall) -> ProviderReply:
         parts: list[str] = []
         refusal: list[str] = []
         calls: dict[int, dict[str, str]] = {}  # by index: a call's id and name come once, its arguments in pieces
@@ -148,7 +147,7 @@ class OpenAIProvider(HttpProvider):
         finish_reason: str | None = None
         model: str | None = None
         done = False
-        async for event in iter_sse(response):
+        async for event in iter_sse(reply):
             if event.data.strip() == "[DONE]":
                 done = True
                 break

@@ -18,6 +18,7 @@ from baton_executor.providers.base import Provider
 from baton_executor.providers.gemini import GeminiProvider
 from baton_executor.providers.openai import OpenAIProvider
 from baton_executor.providers.sim import OutcomeMatrix, SimProvider
+from baton_executor.transport import Client
 from baton_platform.config import WorkerConfig
 
 # The providers that speak an HTTP API (every configured provider but `sim`), and their adapters.
@@ -36,13 +37,14 @@ def build_provider(
     base_url: str | None,
     api_key: str | None,
     stream: bool = False,
-    client: httpx.AsyncClient | None = None,
+    client: Client | httpx.AsyncClient | None = None,
     max_output_tokens_default: int | None = 1024,
 ) -> Provider:
     """Create the adapter for ``kind``.
 
-    ``client`` is borrowed, never closed by the adapter; without one the
-    adapter owns a private client that ``aclose`` releases.
+    ``client`` (the executor's `ProviderClient`, or any httpx client) is
+    borrowed, never closed by the adapter; without one the adapter owns a
+    private `ProviderClient` that ``aclose`` releases.
     ``max_output_tokens_default`` applies when a call has no ``max_tokens``;
     ``None`` leaves the provider's own default where the API allows that
     (Anthropic requires the field, so it falls back to 1024 there).
@@ -60,24 +62,24 @@ class MissingApiKey(ValueError):
     pass
 
 
-def _http(worker: WorkerConfig, client: httpx.AsyncClient, matrices: dict[Path, OutcomeMatrix]) -> Provider:
+def _http(worker: WorkerConfig, client: Client | None, matrices: dict[Path, OutcomeMatrix]) -> Provider:
     return build_provider(worker.provider, base_url=worker.base_url, api_key=_api_key(worker), client=client)
 
 
-def _sim(worker: WorkerConfig, client: httpx.AsyncClient, matrices: dict[Path, OutcomeMatrix]) -> Provider:
+def _sim(worker: WorkerConfig, client: Client | None, matrices: dict[Path, OutcomeMatrix]) -> Provider:
     # Workers of one matrix file share it: it is loaded once.
     dataset = worker.sim.dataset
     matrix = matrices.get(dataset) or matrices.setdefault(dataset, OutcomeMatrix(dataset))
     return SimProvider(matrix, worker.sim.column or worker.model, worker.sim.latency_ms)
 
 
-REGISTRY: dict[str, Callable[[WorkerConfig, httpx.AsyncClient, dict[Path, OutcomeMatrix]], Provider]] = {
+REGISTRY: dict[str, Callable[[WorkerConfig, Client | None, dict[Path, OutcomeMatrix]], Provider]] = {
     **{kind: _http for kind in PROVIDER_KINDS},
     "sim": _sim,
 }
 
 
-def build_workers(workers: Sequence[WorkerConfig], provider: str, client: httpx.AsyncClient) -> dict[str, Provider]:
+def build_workers(workers: Sequence[WorkerConfig], provider: str, client: Client | None) -> dict[str, Provider]:
     """Clients for every worker of `provider`."""
     matrices: dict[Path, OutcomeMatrix] = {}
     out = {w.name: REGISTRY[w.provider](w, client, matrices) for w in workers if w.provider == provider}
