@@ -226,11 +226,12 @@ async def test_a_one_step_workflow_sent_straight_here_is_answered_to_the_client_
 
 @pytest.mark.parametrize("fallback", ["llama-70b", None])
 async def test_a_one_step_workflow_whose_step_fails_goes_to_the_synthesizer_when_its_worker_has_a_fallback(
-        bus, fallback):
+        bus, fallback, task_consumers, monkeypatch):
     """A step sent whole (router.direct_single_step) that fails, here on a question the sim matrix
     lacks: with a fallback configured for its worker, the workflow is handed to the synthesizer (one
     WorkflowPlanned record carrying the failed attempt), and the client is not answered from here; without
-    one, the client gets the failure at once."""
+    one, the client gets the failure at once. The broker refuses the first two sends: the hand-over is
+    still decided and counted once."""
     data = default_config_data()
     if fallback:
         next(w for w in data["workers"] if w["name"] == "gemini-pro")["fallback"] = fallback
@@ -246,6 +247,15 @@ async def test_a_one_step_workflow_whose_step_fails_goes_to_the_synthesizer_when
     def mine(r) -> bool:
         return r.key == rid.encode()
 
+    refusals = [ConnectionError("broker away")] * 2
+    send = Publisher.send
+
+    async def refusing(publisher, message, **kwargs):
+        if kwargs.get("key") == rid and refusals:
+            raise refusals.pop()
+        return await send(publisher, message, **kwargs)
+
+    monkeypatch.setattr(Publisher, "send", refusing)
     app = create_app(config, "sim", tracer_provider=setup_tracing("t", set_global=False))
     handed, answered = (topics.WORKFLOW, topics.RESPONSES) if fallback else (topics.RESPONSES, topics.WORKFLOW)
     async with bus.running(app, topics.RESPONSES, topics.WORKFLOW) as seen:
@@ -254,8 +264,9 @@ async def test_a_one_step_workflow_whose_step_fails_goes_to_the_synthesizer_when
         assert await seen[answered].wait(mine, timeout=1) == []
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://executor") as client:
             metrics = (await client.get("/metrics")).text
+    assert refusals == []
     counted = 'baton_executor_handed_over_total{provider="sim",worker="gemini-pro"} 1.0'
-    assert (counted in metrics) == bool(fallback), "each hand-over is counted, and only a hand-over"
+    assert (counted in metrics) == bool(fallback), "each hand-over is counted once, and only a hand-over"
     if fallback is None:
         response = responses_pb2.Response.FromString(record.value)
         assert response.WhichOneof("outcome") == "error" and record.partition == 1
