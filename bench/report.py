@@ -375,6 +375,27 @@ def _tracing(data: dict, results: Path, plt) -> list[str]:
     return lines + [""]
 
 
+def _clients(data: dict, results: Path, plt) -> list[str]:
+    lines = [
+        "## 7. What one Kafka hop costs, by client",
+        "",
+        f"A relay process consumes a topic of {data['partitions']} partitions and publishes every record to another, "
+        "as each service's hop does, at "
+        f"{_fmt(data['rate'], 0)} records/s for {data['seconds']:g} s, the relays in turn, {data['rounds']} round(s) "
+        "(`bench/kafka_clients.py`). Its CPU is the relay process's, client threads included, ÷ records sent; "
+        "the broker's is beside it. Latency is from the driver's send to its read of the relayed record. Every "
+        "producer is idempotent with acks=all and a 1 ms linger, as the services' are.",
+        "",
+        "| relay | relay CPU ms / record | per round | broker CPU ms / record | relayed / sent | p50 ms | p99 ms |",
+        "|:--|---:|:--|---:|---:|---:|---:|",
+    ]
+    for row in data["relays"]:
+        lines.append(f"| {row['relay']} | {row['relay_cpu_ms_per_record']:.3f} | "
+                     f"{', '.join(f'{v:.3f}' for v in row['per_round_ms'])} | {row['broker_cpu_ms_per_record']:.3f} | "
+                     f"{row['relayed']} / {row['sent']} | {_fmt(row['p50_ms'])} | {_fmt(row['p99_ms'])} |")
+    return lines + [""]
+
+
 def _pct(share: float) -> str:
     return f"{share * 100:.1f}%"
 
@@ -539,7 +560,7 @@ def _summary(present: dict) -> list[str]:
 
 def render(results: Path, echo=print) -> Path | None:
     parts = {name: _load(results, name) for name in ("overhead", "throughput", "profile", "limits", "tracing",
-                                                      "overload")}
+                                                      "overload", "clients")}
     present = {k: v for k, v in parts.items() if v}
     if not present:
         echo(f"no results in {results}: run bench/run.py first")
@@ -562,7 +583,7 @@ def render(results: Path, echo=print) -> Path | None:
     ]
     lines += _summary(present)
     for name, build in (("overhead", _overhead), ("throughput", _throughput), ("profile", _profile),
-                        ("limits", _limits), ("overload", _overload), ("tracing", _tracing)):
+                        ("limits", _limits), ("overload", _overload), ("tracing", _tracing), ("clients", _clients)):
         if name in present:
             section = build(present[name], results, plt)
             m = present[name]["meta"]

@@ -1,6 +1,6 @@
 """Baton's benchmarks: overhead against LiteLLM, sustained throughput, where the time goes (CPU profiles
-and per-hop latency from trace spans), provider limits, what tracing costs, and an overload followed
-by a restart.
+and per-hop latency from trace spans), provider limits, what tracing costs, an overload followed
+by a restart, and what one Kafka hop costs with each client.
 
     .venv/bin/python bench/run.py            # everything, about 15 minutes
     .venv/bin/python bench/run.py --quick    # a short run, about 5 minutes
@@ -8,6 +8,7 @@ by a restart.
     .venv/bin/python bench/run.py --only overload --no-direct   # restarts and an overload, through the synthesizer
     .venv/bin/python bench/run.py --only profile --profile-rate 30   # profiles and per-hop latency only
     .venv/bin/python bench/run.py --only tracing   # CPU per workflow with tracing off, at 10% and at 100%
+    .venv/bin/python bench/run.py --only clients   # a relay hop on aiokafka and librdkafka, with and without FastStream
     .venv/bin/python bench/run.py --report-only   # redraw REPORT.md from the last JSON files
 
 Writes bench/results/<benchmark>.json, bench/results/REPORT.md with its PNG plots, and one JSON line
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import kafka_clients
 import limits as limits_bench
 import overload
 import profiles
@@ -60,7 +62,7 @@ from baton_tools.standins.server import configure_standin
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 RESULTS = BENCH / "results"
-BENCHMARKS = ("overhead", "throughput", "profile", "limits", "tracing", "overload")
+BENCHMARKS = ("overhead", "throughput", "profile", "limits", "tracing", "overload", "clients")
 
 PROVIDER_LATENCY_MS = 50  # the stand-in's fixed answer time in the overhead and throughput runs
 PARTITIONS = 8
@@ -120,6 +122,10 @@ class Plan:
         self.tracing_rps = 100.0
         self.tracing_s = 10.0 if quick else 20.0
         self.tracing_rounds = 1 if quick else 2
+        # What one Kafka hop costs with each client (bench/kafka_clients.py), relays in turns.
+        self.clients_rps = 300.0
+        self.clients_s = 8.0 if quick else 15.0
+        self.clients_rounds = 1 if quick else 2
 
     def overhead_duration(self, rate: float) -> float:
         """Measured seconds per target: ~120+ samples at low rates, bounded so the run stays short."""
@@ -530,6 +536,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> None:
         if "limits" in wanted:
             data = bench_limits(plan, kafka.bootstrap_servers, work, logs)
             write_json("limits", meta, data)
+        if "clients" in wanted:
+            write_json("clients", meta, kafka_clients.bench(plan, kafka.bootstrap_servers, kafka.pid, echo, emit))
 
     echo(f"done in {time.monotonic() - started:.0f} s")
     report.render(RESULTS, echo)
