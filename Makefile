@@ -62,7 +62,7 @@ test-fast: install ## Tests without a broker, service processes or the vLLM engi
 chaos: install kafka ## Kill -9 and restart each service, then stop and kill -9 the broker, under load; on the synthesizer's path and the direct path; then lose one of three brokers; a table per fault (~10 min; also in `make test`)
 	$(PY) -m pytest tests/e2e/test_chaos.py -s $(PYTEST_ARGS)
 
-bench: install kafka ## Benchmarks: overhead vs LiteLLM, throughput, CPU profiles and per-hop latency, provider limits, tracing cost, restarts and overload (BENCH_ARGS=--quick: ~5 min)
+bench: install kafka ## Benchmarks: overhead vs LiteLLM, throughput, CPU profiles and per-hop latency, provider limits, tracing cost, restarts and overload, a Kafka hop per client (BENCH_ARGS=--quick: ~5 min)
 	$(PY) bench/run.py $(BENCH_ARGS)
 
 demo: install kafka vllm ## Start everything, ask real questions through the gateway, print answers and workflows, stop (or ask the stack `make up` started)
