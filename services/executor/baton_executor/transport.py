@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from typing import Protocol
 
 import aiohttp
@@ -97,19 +97,23 @@ def _aiohttp_errors() -> Iterator[None]:
         raise TransportError(f"{type(e).__name__}: {e}") from e
 
 
-class _AiohttpReply:
-    def __init__(self, response: aiohttp.ClientResponse) -> None:
-        self._response = response
-        self.status = response.status
-        self.headers: Mapping[str, str] = response.headers
+class _Reply:
+    """A reply from either client: its body read whole, or its chunks split into lines, with the
+    client's own failures raised as `TransportError`."""
+
+    def __init__(self, status: int, headers: Mapping[str, str], read: Callable[[], Awaitable[bytes]],
+                 chunks: Callable[[], AsyncIterator[bytes]],
+                 errors: Callable[[], contextlib.AbstractContextManager[None]]) -> None:
+        self.status, self.headers = status, headers
+        self._read, self._chunks, self._errors = read, chunks, errors
 
     async def read(self) -> bytes:
-        with _aiohttp_errors():
-            return await self._response.read()
+        with self._errors():
+            return await self._read()
 
     async def lines(self) -> AsyncIterator[str]:
-        with _aiohttp_errors():
-            async for line in split_lines(self._response.content.iter_any()):
+        with self._errors():
+            async for line in split_lines(self._chunks()):
                 yield line
 
 
@@ -196,7 +200,8 @@ class ProviderClient:
                 made.set_attribute("error.type", str(response.status))
                 made.set_status(trace.StatusCode.ERROR)
             try:
-                yield _AiohttpReply(response)
+                yield _Reply(response.status, response.headers, response.read, response.content.iter_any,
+                             _aiohttp_errors)
             finally:
                 response.release()
 
@@ -218,22 +223,6 @@ def _httpx_errors() -> Iterator[None]:
         raise TransportError(f"{type(e).__name__}: {e}") from e
 
 
-class _HttpxReply:
-    def __init__(self, response: httpx.Response) -> None:
-        self._response = response
-        self.status = response.status_code
-        self.headers: Mapping[str, str] = response.headers
-
-    async def read(self) -> bytes:
-        with _httpx_errors():
-            return await self._response.aread()
-
-    async def lines(self) -> AsyncIterator[str]:
-        with _httpx_errors():
-            async for line in split_lines(self._response.aiter_bytes()):
-                yield line
-
-
 class HttpxClient:
     """Provider calls through an httpx client the caller owns (this never closes it)."""
 
@@ -247,7 +236,7 @@ class HttpxClient:
                                                timeout=httpx.Timeout(timeout_s))
             response = await self._client.send(request, stream=True)
         try:
-            yield _HttpxReply(response)
+            yield _Reply(response.status_code, response.headers, response.aread, response.aiter_bytes, _httpx_errors)
         finally:
             await response.aclose()
 
