@@ -61,6 +61,8 @@ def test_history_comes_before_this_turn_and_instructions_first():
 @pytest.mark.parametrize(("data", "param"), [
     ({"input": "hi", "reasoning": {"effort": "low"}}, "reasoning"),
     ({"input": "hi", "tools": [{"type": "file_search"}]}, "tools.0"),
+    ({"input": "hi", "tools": 7}, "tools"),  # the fuzz found a 500 here: tools was iterated before its type was checked
+    ({"input": "hi", "tools": {"type": "function"}}, "tools"),
     ({"input": "hi", "include": ["file_search_call.results"]}, "include"),
     ({"input": "hi", "truncation": "auto"}, "truncation"),
     ({"input": "hi", "stream": "yes"}, "stream"),

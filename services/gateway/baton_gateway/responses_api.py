@@ -138,7 +138,8 @@ class ResponsesRequest(_Strict):
         refused = sorted(k for k in data if k in REFUSED and data[k] is not None)
         if refused:
             raise ValueError(f"{refused[0]} is not supported: {REFUSED[refused[0]]}")
-        for i, tool in enumerate(data.get("tools") or ()):
+        tools = data.get("tools")
+        for i, tool in enumerate(tools if isinstance(tools, list) else ()):  # not a list: the field's own 400
             if isinstance(tool, dict) and tool.get("type") != "function":
                 raise ValueError(f"tools.{i}: the built-in tool {str(tool.get('type'))[:64]!r} is not supported; "
                                  "only function tools are")
