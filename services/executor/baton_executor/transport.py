@@ -97,6 +97,12 @@ def _aiohttp_errors() -> Iterator[None]:
         raise TransportError(f"{type(e).__name__}: {e}") from e
 
 
+def _phases(seconds: float) -> aiohttp.ClientTimeout:
+    """Each phase of a call (taking a pooled connection, connecting, each read) bounded by the call's
+    timeout; the adapter bounds the whole call itself."""
+    return aiohttp.ClientTimeout(connect=seconds, sock_connect=seconds, sock_read=seconds)
+
+
 class _Reply:
     """A reply from either client: its body read whole, or its chunks split into lines, with the
     client's own failures raised as `TransportError`."""
@@ -129,7 +135,6 @@ class ProviderClient:
         self._session: aiohttp.ClientSession | None = None
         self._urls: dict[str, tuple[URL, dict[str, str | int]]] = {}
         self._proxies: dict[tuple[str, str | None, int | None], tuple[URL | None, aiohttp.BasicAuth | None]] = {}
-        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
 
     def _open(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -152,7 +157,7 @@ class ProviderClient:
             if parsed.scheme not in ("http", "https") or not parsed.host:
                 raise TransportError(f"not an http(s) URL: {url}", bad_url=True)
             attributes: dict[str, str | int] = {
-                "http.request.method": "POST", "server.address": parsed.host or "", "server.port": parsed.port or 0,
+                "http.request.method": "POST", "server.address": parsed.host, "server.port": parsed.port or 0,
                 "url.full": str(parsed.with_user(None).with_query(None))}
             known = self._urls[url] = (parsed, attributes)
         return known
@@ -168,17 +173,6 @@ class ProviderClient:
                     self._proxies[origin] = get_env_proxy_for_url(url)
         return self._proxies[origin]
 
-    def _timeout(self, seconds: float) -> aiohttp.ClientTimeout:
-        """Each phase (taking a pooled connection, connecting, each read) bounded by the call's timeout;
-        the adapter bounds the whole call itself."""
-        timeout = self._timeouts.get(seconds)
-        if timeout is None:
-            if len(self._timeouts) >= _MAX_CACHED_URLS:
-                self._timeouts.clear()
-            timeout = self._timeouts[seconds] = aiohttp.ClientTimeout(connect=seconds, sock_connect=seconds,
-                                                                      sock_read=seconds)
-        return timeout
-
     @contextlib.asynccontextmanager
     async def post(self, url: str, body: bytes, headers: Mapping[str, str], timeout_s: float) -> AsyncIterator[Reply]:
         parsed, attributes = self._url(url)
@@ -191,7 +185,7 @@ class ProviderClient:
                 with _aiohttp_errors():
                     response = await self._open().request(
                         "POST", parsed, data=body, headers=headers, allow_redirects=False, proxy=proxy,
-                        proxy_auth=proxy_auth, timeout=self._timeout(timeout_s))
+                        proxy_auth=proxy_auth, timeout=_phases(timeout_s))
             except TransportError as e:
                 made.set_attribute("error.type", "timeout" if e.timeout else "connection")
                 raise
