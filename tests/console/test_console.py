@@ -15,6 +15,7 @@ from starlette.testclient import TestClient
 from testbed import default_config_data
 
 from baton.v1 import common_pb2, feedback_pb2, requests_pb2, responses_pb2
+from baton_console import data
 from baton_console.main import create_app
 from baton_console.refusals import RefusalSource
 from baton_gateway.metrics import GatewayMetrics
@@ -307,3 +308,28 @@ def test_an_empty_dataset_says_so_and_is_ready(tmp_path):
     assert "No episodes yet" in client.get("/").text
     assert client.get("/health/ready").json() == {"status": "ready"}
     assert json.loads(client.get("/health/live").text) == {"status": "live"}
+
+
+def test_only_the_newest_days_are_read_for_the_newest_episodes(tmp_path):
+    """The console holds `console.max_episodes` rows; it reads the newest days' files until they hold
+    that many, so a dataset that grows every day costs it no more. An older day's file is made unreadable
+    here: reading it would fail (not the oldest's: the dataset's schema is read from its first file)."""
+    day = 86_400_000
+    writer = DatasetWriter(tmp_path / "episodes", "baton.responses", EPISODE_SCHEMA)
+    for d in range(4):
+        records = []
+        for k in range(3):
+            r, grade = response(10 * d + k, "acme", ["gemini-flash"], 1.0)
+            r.completed_unix_ms = T0 + d * day + k * 1000
+            records.append(Record(0, 10 * d + k, episode_row(r, grade, 0, 10 * d + k), r.completed_unix_ms))
+        writer.write(0, records)
+    older = sorted((tmp_path / "episodes").glob("date=*"))[1]
+    for f in older.glob("*.parquet"):
+        f.write_bytes(b"not parquet")
+
+    rows, _ = data.Episodes(str(tmp_path), most=4)._read()
+    assert [r["request_id"] for r in rows] == ["req-22", "req-30", "req-31", "req-32"]
+    rows, _ = data.Episodes(str(tmp_path), most=3)._read()
+    assert [r["request_id"] for r in rows] == ["req-30", "req-31", "req-32"]
+    with pytest.raises(ValueError, match="magic bytes"):  # the unreadable day is read once more rows are asked for than the others hold
+        data.Episodes(str(tmp_path), most=7)._read()

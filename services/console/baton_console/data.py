@@ -5,11 +5,17 @@ the trainer's gate decisions from the policy store."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import operator
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
 
 from baton_console.live import LiveEpisodes
 from baton_platform.dataset import open_dataset, with_string_column
@@ -199,6 +205,33 @@ def search(rows: list[dict], *, request_id: str = "", tenant: str = "", worker: 
     return found
 
 
+def newest_episodes(dataset: ds.Dataset, most: int) -> pa.Table:
+    """The console's columns of the `most` newest episodes by completion time (and of any that tie with
+    the oldest of them or have no time), opening only the files that can hold them: the newest days'
+    partitions until they hold `most` rows, then in those only the rows from the cutoff on. Memory and
+    reads follow `most`, not the size of a dataset that grows every day."""
+    by_day: dict[str, list[ds.Expression]] = defaultdict(list)
+    for fragment in dataset.get_fragments():
+        day = str(ds.get_partition_keys(fragment.partition_expression).get("date", "~"))  # no date: newest
+        if not any(fragment.partition_expression.equals(e) for e in by_day[day]):
+            by_day[day].append(fragment.partition_expression)
+    partitions, chunks = [], []
+    for day in sorted(by_day, reverse=True):
+        partitions += by_day[day]
+        day_times = dataset.to_table(columns=["completed_unix_ms"], filter=functools.reduce(operator.or_, by_day[day]))
+        chunks.append(day_times.column(0).drop_null())
+        if sum(map(len, chunks)) >= most:
+            break
+    where = functools.reduce(operator.or_, partitions, ds.scalar(False))
+    times = pa.chunked_array(chunks, pa.int64()).combine_chunks()
+    if len(times) <= most:
+        return dataset.to_table(columns=COLUMNS, filter=where)
+    nth = len(times) - most  # the oldest of the newest `most`, in ascending order
+    cutoff = times[pc.partition_nth_indices(times, pivot=nth)[nth].as_py()].as_py()
+    done = ds.field("completed_unix_ms")
+    return dataset.to_table(columns=COLUMNS, filter=where & ((done >= cutoff) | done.is_null()))
+
+
 @dataclass
 class Episodes:
     """The newest `most` episodes under `root` (the reward logger's dataset_dir), oldest first, and
@@ -230,8 +263,7 @@ class Episodes:
         dataset = open_dataset(f"{root}/episodes")
         rows: list[dict] = []
         if dataset is not None:
-            table = with_string_column(dataset, "tenant").to_table(columns=COLUMNS)
-            table = table.sort_by("completed_unix_ms")
+            table = newest_episodes(with_string_column(dataset, "tenant"), self.most).sort_by("completed_unix_ms")
             rows = table.slice(max(0, table.num_rows - self.most)).to_pylist()
         # A response read twice (a redelivery) is one episode: the newest row of each request id.
         newest = {r["request_id"]: r for r in rows}
