@@ -115,7 +115,7 @@ class Load:
         self.started = time.monotonic()
         prompts = matrix_prompts()
         for n in range(self.workers):
-            thread = threading.Thread(target=self._run, args=(prompts[n::self.workers],), daemon=True)
+            thread = threading.Thread(target=self._run, args=(prompts[n::self.workers] or prompts,), daemon=True)
             thread.start()
             self._threads.append(thread)
         return self
