@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import openai
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 STATE = ROOT / ".baton" / "k8s"
@@ -22,6 +23,8 @@ KUBECONFIG = STATE / "kubeconfig"
 KUBECTL = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "baton" / "k8s" / "bin" / "kubectl"
 NAMESPACE = "baton"
 RELEASE = "baton"
+CHART = ROOT / "charts" / "baton"
+VALUES = ROOT / "tools" / "k8s" / "values-local.yaml"  # the release as tools/k8s/up.sh installs it
 
 
 def kubectl(*args: str, timeout: float = 120) -> str:
@@ -42,6 +45,12 @@ def helm(*args: str, timeout: float = 1200) -> str:
     if done.returncode != 0:
         raise AssertionError(f"helm {' '.join(args)} failed: {done.stderr.strip()}")
     return done.stdout
+
+
+def upgrade_release(values: dict, path: Path) -> None:
+    """`helm upgrade --wait` of the release: the local values with `values` over them (written to `path`)."""
+    path.write_text(yaml.safe_dump(values))
+    helm("upgrade", RELEASE, str(CHART), "-f", str(VALUES), "-f", str(path), "--wait", "--timeout", "15m")
 
 
 def release_deployments() -> list[str]:

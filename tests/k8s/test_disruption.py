@@ -7,22 +7,8 @@ from __future__ import annotations
 
 import time
 
-import yaml
+from .cluster import Load, kubectl, kubectl_json, release_deployments, rolled_out, upgrade_release, wait_until
 
-from .cluster import (
-    RELEASE,
-    ROOT,
-    Load,
-    helm,
-    kubectl,
-    kubectl_json,
-    release_deployments,
-    rolled_out,
-    wait_until,
-)
-
-CHART = ROOT / "charts" / "baton"
-VALUES = ROOT / "tools" / "k8s" / "values-local.yaml"
 # The configuration change: plan with the sim worker alone, without the stand-in's 40 requests a
 # minute, so the load can run at several requests a second once the new router plans.
 ONE_STEP_PLAN = {"config": {"conductor": {"plan": {
@@ -44,12 +30,10 @@ def test_a_helm_upgrade_that_changes_the_configuration_rolls_every_deployment_un
     deployments = release_deployments()
     before = {d: generation(d) for d in deployments}
     pods_before = {d: pods_of(d) for d in deployments}
-    override = tmp_path / "one-step-plan.yaml"
-    override.write_text(yaml.safe_dump(ONE_STEP_PLAN))
     with Load(**LOAD) as load:
         time.sleep(15)
         started = time.monotonic()
-        helm("upgrade", RELEASE, str(CHART), "-f", str(VALUES), "-f", str(override), "--wait", "--timeout", "15m")
+        upgrade_release(ONE_STEP_PLAN, tmp_path / "one-step-plan.yaml")
         wait_until(lambda: all(rolled_out(d) for d in deployments), 600, "every Deployment rolled out")
         rolled = time.monotonic() - started
         time.sleep(15)

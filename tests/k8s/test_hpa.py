@@ -13,12 +13,9 @@ from __future__ import annotations
 import time
 
 import pytest
-import yaml
 
-from .cluster import RELEASE, ROOT, Load, helm, kubectl_json, ready_replicas, wait_until
+from .cluster import RELEASE, Load, kubectl_json, ready_replicas, upgrade_release, wait_until
 
-CHART = ROOT / "charts" / "baton"
-VALUES = ROOT / "tools" / "k8s" / "values-local.yaml"
 EXECUTOR = f"{RELEASE}-executor-sim"
 LOAD = {"workers": 14, "rate": 14.0}
 OUT_OF_REACH = 1000  # percent of the CPU request: no reading comes near it
@@ -31,13 +28,11 @@ TWO_SIM_STEPS = {
 
 
 def upgrade(tmp_path, target: int) -> None:
-    override = tmp_path / f"autoscaled-{target}.yaml"
-    override.write_text(yaml.safe_dump({
+    upgrade_release({
         "config": {"conductor": {"plan": TWO_SIM_STEPS}},
         "executors": {"sim": {"autoscaling": {
             "enabled": True, "minReplicas": 1, "maxReplicas": 2, "targetCPUUtilizationPercentage": target}}},
-    }))  # fmt: skip
-    helm("upgrade", RELEASE, str(CHART), "-f", str(VALUES), "-f", str(override), "--wait", "--timeout", "15m")
+    }, tmp_path / f"autoscaled-{target}.yaml")  # fmt: skip
 
 
 def cpu_utilization() -> int | None:

@@ -13,12 +13,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-import yaml
 
-from .cluster import NAMESPACE, RELEASE, ROOT, STATE, client, helm, kubectl, kubectl_json, wait_until
+from .cluster import NAMESPACE, RELEASE, STATE, client, kubectl, kubectl_json, upgrade_release, wait_until
 
-CHART = ROOT / "charts" / "baton"
-VALUES = ROOT / "tools" / "k8s" / "values-local.yaml"
 MATRIX = {"name": "routing-matrix", "configMap": {"name": "baton-routing-matrix"}}
 MOUNT = {"name": "routing-matrix", "mountPath": "/data/routing", "readOnly": True}
 SIM = {"dataset": "/data/routing/matrix.csv", "latency_ms": 20}
@@ -77,9 +74,7 @@ def summary_line(log: str) -> dict:
 
 @pytest.mark.timeout(1500)
 def test_the_trainer_job_learns_from_the_clusters_episodes_and_the_router_serves_its_policy(tmp_path):
-    override = tmp_path / "learning.yaml"
-    override.write_text(yaml.safe_dump(LEARNING))
-    helm("upgrade", RELEASE, str(CHART), "-f", str(VALUES), "-f", str(override), "--wait", "--timeout", "15m")
+    upgrade_release(LEARNING, tmp_path / "learning.yaml")
     chat = client(key="eval-key")  # graded traffic names its items: the eval scope
 
     def ask(row: dict) -> dict:

@@ -24,18 +24,16 @@ import yaml
 from .cluster import (
     NAMESPACE,
     RELEASE,
-    ROOT,
+    VALUES,
     Load,
-    helm,
     kubectl,
     kubectl_json,
     ready_replicas,
     release_deployments,
+    upgrade_release,
     wait_until,
 )
 
-CHART = ROOT / "charts" / "baton"
-VALUES = ROOT / "tools" / "k8s" / "values-local.yaml"
 GATEWAY, EXECUTOR = f"{RELEASE}-gateway", f"{RELEASE}-executor-sim"
 SCALED = (GATEWAY, EXECUTOR)
 LIMIT_CORES = 0.1
@@ -49,7 +47,7 @@ THREADS = 32  # closed-loop clients: enough to keep the throttled replicas busy 
 GAIN = 1.3  # the least rate ratio (2 replicas / 1) that counts as scaling
 
 
-def override(tmp_path):
+def limited_one_step() -> dict:
     """One sim step on `WORKER` (no provider rpm in the way: its limit is raised), and each gateway and
     sim-executor pod limited to `LIMIT` of CPU, one replica each."""
     workers = yaml.safe_load(VALUES.read_text())["config"]["workers"]
@@ -57,14 +55,12 @@ def override(tmp_path):
         if worker["name"] == WORKER:
             worker["limits"] = {"rpm": 600_000, "concurrency": 64}
     limited = {"requests": {"cpu": LIMIT, "memory": "128Mi"}, "limits": {"cpu": LIMIT, "memory": "512Mi"}}
-    path = tmp_path / "scaling.yaml"
-    path.write_text(yaml.safe_dump({
+    return {
         "config": {"workers": workers, "conductor": {"plan": {
             "workers": [WORKER], "subtasks": ["Answer the question with a single option letter."], "access": [[]]}}},
         "gateway": {"replicaCount": 1, "resources": limited},
         "executors": {"sim": {"replicaCount": 1, "resources": limited, "autoscaling": {"enabled": False}}},
-    }))  # fmt: skip
-    return path
+    }  # fmt: skip
 
 
 def cpu_seconds() -> dict[str, float]:
@@ -135,7 +131,7 @@ def measure(what: str) -> tuple[float, dict[str, float]]:
 
 @pytest.mark.timeout(1500)
 def test_two_cpu_limited_replicas_of_the_gateway_and_executor_hold_a_higher_rate_than_one(tmp_path):
-    helm("upgrade", RELEASE, str(CHART), "-f", str(VALUES), "-f", str(override(tmp_path)), "--wait", "--timeout", "15m")
+    upgrade_release(limited_one_step(), tmp_path / "scaling.yaml")
     DEPLOYMENTS[:] = release_deployments()
     wait_until(lambda: all(ready_replicas(d) == 1 for d in SCALED), 120, "one replica of the gateway and executor")
     # What a replica uses with no traffic: Kafka polls, heartbeats, the executors' limit reports.
