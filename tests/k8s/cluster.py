@@ -22,6 +22,7 @@ KUBECONFIG = STATE / "kubeconfig"
 # The pinned kubectl tools/k8s/build.sh makes (tools/k8s/env.sh's BIN), not the machine's own.
 KUBECTL = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "baton" / "k8s" / "bin" / "kubectl"
 NAMESPACE = "baton"
+KAFKA_NAMESPACE = "baton-kafka"  # tools/k8s/manifests/kafka.yaml
 RELEASE = "baton"
 CHART = ROOT / "charts" / "baton"
 VALUES = ROOT / "tools" / "k8s" / "values-local.yaml"  # the release as tools/k8s/up.sh installs it

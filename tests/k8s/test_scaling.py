@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from .cluster import (
+    KAFKA_NAMESPACE,
     NAMESPACE,
     RELEASE,
     VALUES,
@@ -42,7 +43,6 @@ LIMIT = f"{int(LIMIT_CORES * 1000)}m"
 WORKER = "gemini-flash"
 WARMUP, WINDOW = 5, 20  # seconds of load before the rate is counted, and seconds it is counted over
 IDLE = 10  # seconds the idle stack is read over
-DEPLOYMENTS: list[str] = []  # the release's, read once it is upgraded
 THREADS = 32  # closed-loop clients: enough to keep the throttled replicas busy (48 held no more)
 GAIN = 1.25  # the least rate ratio (2 replicas / 1) that counts as scaling: 1.45-1.75 measured in eight runs
 
@@ -68,7 +68,7 @@ def cpu_seconds() -> dict[str, float]:
     machine, the cluster's one node (the API server does not proxy to a node on a loopback address, so
     the kubelet's summary is out of reach)."""
     used: dict[str, float] = {}
-    for namespace in (NAMESPACE, "baton-kafka"):
+    for namespace in (NAMESPACE, KAFKA_NAMESPACE):
         for pod in kubectl_json("get", "pods", "--namespace", namespace)["items"]:
             for container in pod["status"].get("containerStatuses") or []:
                 usage = CGROUP / container.get("containerID", "").removeprefix("containerd://") / "cpuacct.usage"
@@ -78,11 +78,11 @@ def cpu_seconds() -> dict[str, float]:
     return used
 
 
-def service_of(pod: str) -> str | None:
+def service_of(pod: str, deployments: list[str]) -> str | None:
     """The Deployment (without the release's prefix) or the broker a pod belongs to."""
     if pod.startswith("kafka"):
         return "kafka broker"
-    owners = [d for d in DEPLOYMENTS if pod.startswith(d + "-")]
+    owners = [d for d in deployments if pod.startswith(d + "-")]
     return max(owners, key=len).removeprefix(f"{RELEASE}-") if owners else None
 
 
@@ -100,20 +100,20 @@ def used_over(seconds: float) -> dict[str, float]:
     return {pod: after[pod] - before[pod] for pod in after if pod in before} | {"node": node}
 
 
-def by_service(used: dict[str, float], per: float) -> dict[str, float]:
+def by_service(used: dict[str, float], per: float, deployments: list[str]) -> dict[str, float]:
     """CPU milliseconds by service, divided by `per`."""
     total: dict[str, float] = {}
     for pod, seconds in used.items():
-        if service := service_of(pod):
+        if service := service_of(pod, deployments):
             total[service] = total.get(service, 0.0) + seconds
     return {service: round(1000 * seconds / per, 2) for service, seconds in sorted(total.items())}
 
 
 def pods_of(deployment: str, used: dict[str, float]) -> dict[str, float]:
-    return {pod: round(s, 2) for pod, s in used.items() if service_of(pod) == deployment.removeprefix(f"{RELEASE}-")}
+    return {pod: round(s, 2) for pod, s in used.items() if pod.startswith(deployment + "-")}
 
 
-def measure(what: str) -> tuple[float, dict[str, float]]:
+def measure(what: str, deployments: list[str]) -> tuple[float, dict[str, float]]:
     """The rate held over WINDOW seconds of closed-loop load (after WARMUP), and CPU seconds by pod."""
     with Load(workers=THREADS) as load:
         time.sleep(WARMUP)
@@ -124,7 +124,7 @@ def measure(what: str) -> tuple[float, dict[str, float]]:
     assert not load.failures, load.failures[:5]
     print(
         f"{what}: {answered / WINDOW:.1f} answers/s held, the node {used['node'] / WINDOW:.2f} cores busy; "
-        f"CPU ms per workflow: {by_service(used, answered)}"
+        f"CPU ms per workflow: {by_service(used, answered, deployments)}"
     )
     return answered / WINDOW, used
 
@@ -132,17 +132,17 @@ def measure(what: str) -> tuple[float, dict[str, float]]:
 @pytest.mark.timeout(1500)
 def test_two_cpu_limited_replicas_of_the_gateway_and_executor_hold_a_higher_rate_than_one(tmp_path):
     upgrade_release(limited_one_step(), tmp_path / "scaling.yaml")
-    DEPLOYMENTS[:] = release_deployments()
+    deployments = release_deployments()
     wait_until(lambda: all(ready_replicas(d) == 1 for d in SCALED), 120, "one replica of the gateway and executor")
     # What a replica uses with no traffic: Kafka polls, heartbeats, the executors' limit reports.
-    print(f"idle, CPU millicores by service: {by_service(used_over(IDLE), IDLE)}")
-    one, _ = measure(f"1 replica each, {LIMIT} CPU")
+    print(f"idle, CPU millicores by service: {by_service(used_over(IDLE), IDLE, deployments)}")
+    one, _ = measure(f"1 replica each, {LIMIT} CPU", deployments)
 
     for deployment in SCALED:
         kubectl("scale", f"deployment/{deployment}", "--replicas=2")
     for deployment in SCALED:
         wait_until(lambda d=deployment: ready_replicas(d) == 2, 300, f"{deployment} at 2 Ready replicas")
-    two, used = measure(f"2 replicas each, {LIMIT} CPU")
+    two, used = measure(f"2 replicas each, {LIMIT} CPU", deployments)
 
     print(f"rate held, 2 replicas / 1: {two / one:.2f}")
     for deployment in SCALED:
