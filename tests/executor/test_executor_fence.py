@@ -1,7 +1,9 @@
 """Fencing: an executor replica starts no provider call while its consumer group has not confirmed it
 lately (the broker away, or the replica dropped from the group and not told yet), since another
 replica may own the task's partition by then and run the same task. `Consumer.in_group` says so,
-from the group's own answers: checked here on a broker of its own, paused and resumed."""
+from the group's own answers: checked here on a broker of its own, paused and resumed, and killed.
+Nor does it publish a result while unconfirmed, and a revocation that finds it out of the group
+drops every task of those partitions: their new owner may already have read back the results."""
 
 from __future__ import annotations
 
@@ -139,3 +141,104 @@ async def test_membership_lapses_while_the_broker_is_paused_and_comes_back_with_
                 procs.signal_group(broker.pid, signal.SIGCONT)
             assert lapsed_after < 6, f"lapsed {lapsed_after:.1f} s after the broker paused, within a session timeout"
             assert await asyncio.to_thread(wait_for, consumer.in_group, 40), "confirmed again once the broker is back"
+
+
+def fenced_consumer(write_config) -> tuple[TaskConsumer, ExecutorMetrics, list, dict]:
+    """A TaskConsumer on the sim worker whose group confirmation the test sets (`state["confirmed"]`),
+    and whose results are collected instead of sent."""
+    runner, metrics, limits = sim_runner(write_config)
+    config = load_config(write_config())
+    consumer = TaskConsumer(Service.create("baton-executor-sim", config.kafka), "sim", runner, limits, metrics,
+                            drain_timeout_s=5.0)
+    state = {"confirmed": True}
+    consumer.consumer.in_group = lambda: state["confirmed"]
+    runner.in_group = consumer.consumer.in_group
+    published: list = []
+
+    async def send(message, **_) -> None:
+        published.append(message)
+
+    consumer.results.send = send  # type: ignore[method-assign]
+    consumer.answers.send = send  # type: ignore[method-assign]
+    return consumer, metrics, published, state
+
+
+def slow(runner: StepRunner, seconds: float = 1.0) -> None:
+    """Make the sim worker's calls last `seconds`, long enough to revoke one in progress."""
+    runner._workers["gemini-pro"]._latency_s = seconds
+
+
+async def started(consumer: TaskConsumer, task: tasks_pb2.Task, tp, offset: int = 7) -> None:
+    """Hand `task` to the consumer as its record at `offset` of `tp` would be, and wait for its call."""
+    consumer.tracker.begin(tp, offset)
+    await consumer.handle(task, Record(tp, offset, task.request_id.encode()))
+    assert await asyncio.to_thread(wait_for, lambda: task.task_id in consumer.runner.calling, 5)
+
+
+async def test_a_revocation_after_the_replica_left_the_group_drops_its_calls_and_publishes_nothing(write_config):
+    """What `make chaos` found with the broker killed: the broker came back without this replica in
+    the group, another replica took its partitions and read back the results published so far, and
+    this one, let finish its calls in progress as in an ordinary rebalance, published them after:
+    two answers for one task."""
+    from aiokafka import TopicPartition
+
+    consumer, metrics, published, state = fenced_consumer(write_config)
+    slow(consumer.runner)
+    tp = TopicPartition(topics.tasks_topic("sim"), 0)
+    task = sim_task()
+    await started(consumer, task, tp)
+    state["confirmed"] = False  # the coordinator no longer knows this replica
+    await asyncio.wait_for(consumer.revoked({tp}), 2)
+    assert task.task_id not in consumer.running and not consumer.in_flight.get(tp)
+    await asyncio.sleep(1.0)
+    assert published == [] and consumer.tracker.holds(tp, 7), "no result, and the record left to the new owner"
+
+
+async def test_a_result_waits_for_the_group_to_confirm_the_replica_and_is_dropped_if_the_partition_moves(
+        write_config):
+    from aiokafka import TopicPartition
+
+    consumer, metrics, published, state = fenced_consumer(write_config)
+    slow(consumer.runner)
+    tp = TopicPartition(topics.tasks_topic("sim"), 0)
+    first, second = sim_task(), sim_task()
+    await started(consumer, first, tp, 7)
+    state["confirmed"] = False  # the broker went away during the call
+    assert await asyncio.to_thread(wait_for, lambda: first.task_id not in consumer.runner.calling, 5)
+    await asyncio.sleep(0.3)
+    assert published == [], "a finished call's result waits while the replica is not confirmed"
+    state["confirmed"] = True
+    assert await asyncio.to_thread(wait_for, lambda: len(published) == 1, 5), "published once confirmed again"
+
+    await started(consumer, second, tp, 8)
+    state["confirmed"] = False
+    assert await asyncio.to_thread(wait_for, lambda: second.task_id not in consumer.runner.calling, 5)
+    consumer.tracker.forget({tp})  # the partition went to another replica
+    assert await asyncio.to_thread(wait_for, lambda: second.task_id not in consumer.running, 5)
+    assert len(published) == 1, "a result is not published for a partition this replica no longer holds"
+
+
+async def test_membership_is_void_as_soon_as_the_coordinator_is_lost(write_config, tmp_path):
+    """A broker killed and started again may load the group without this member (its restart took
+    longer than the session), and give its partitions to the first member to join: so losing the
+    coordinator voids the confirmation at once, instead of a session timeout after the last one."""
+    with LocalKafka(data_dir=tmp_path / "kafka", log_file=tmp_path / "kafka.log") as broker:
+        bus = Bus("kafka", write_config, broker.bootstrap_servers)
+        config = bus.config()  # session timeout 6 s, a heartbeat a second: confirmed for 5 s at a time
+        service = Service.create("baton-fence-test", config.kafka)
+
+        async def handle(request: requests_pb2.ChatRequest, record) -> None:
+            return None
+
+        consumer = service.consumer(topics.REQUESTS, requests_pb2.ChatRequest, handle,
+                                    group=f"fence-{uuid.uuid4().hex[:8]}", tracked=True)
+        async with bus.running(service.asgi_app()):
+            await asyncio.sleep(2)
+            assert consumer.in_group()
+            broker.kill()
+            killed = time.monotonic()
+            assert await asyncio.to_thread(wait_for, lambda: not consumer.in_group(), 10)
+            lapsed_after = time.monotonic() - killed
+            assert lapsed_after < 3, f"void {lapsed_after:.1f} s after the kill: within a heartbeat or two"
+            await asyncio.to_thread(broker.start)
+            assert await asyncio.to_thread(wait_for, consumer.in_group, 60), "confirmed again once it rejoins"

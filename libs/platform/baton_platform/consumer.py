@@ -282,21 +282,27 @@ class Consumer(ConsumerRebalanceListener, Generic[M]):
 
     def in_group(self) -> bool:
         """Whether the group's coordinator confirmed this member less than a session timeout (less one
-        heartbeat interval) ago. Until then no other member can hold this one's partitions: a rebalance
-        waits for this member to give them up. Once it lapses (the broker away, or this member dropped
-        from the group and not told yet), another member may already be handling the same records.
+        heartbeat interval) ago, and nothing since has said the confirmation may no longer hold. Until
+        then no other member can hold this one's partitions: a rebalance waits for this member to give
+        them up. Once it lapses (the broker away, or this member dropped from the group and not told
+        yet), another member may already be handling the same records. A lost coordinator voids it at
+        once: a broker that restarts may load the group without this member and hand its partitions
+        to the first member that joins, long before this one's session would have timed out.
         Always True in memory and for a consumer without a group."""
         if self.group is None or self._kafka_consumer() is None:
             return True
         return self._confirmed_at is not None and time.monotonic() - self._confirmed_at < self._confirmation_s
 
     def _watch_heartbeats(self, consumer: AIOKafkaConsumer) -> None:
-        """Note each heartbeat the coordinator answers as this member's. aiokafka keeps that time to
-        itself, so its heartbeat call (GroupCoordinator._do_heartbeat: True when answered, also while
-        the group rebalances, when this member still holds its partitions) is wrapped, once."""
+        """Note each heartbeat the coordinator answers as this member's, and each sign that this
+        member may have left the group. aiokafka keeps both to itself, so its coordinator's methods are
+        wrapped, once: the heartbeat call (GroupCoordinator._do_heartbeat: True when answered, also
+        while the group rebalances, when this member still holds its partitions), and the two it calls
+        when the coordinator is lost (coordinator_dead) or no longer knows this member or its
+        generation (reset_generation)."""
         coordinator = getattr(consumer, "_coordinator", None)
         beat = getattr(coordinator, "_do_heartbeat", None)
-        if beat is None or getattr(beat, "baton_watched", False):
+        if coordinator is None or beat is None or getattr(beat, "baton_watched", False):
             return
 
         async def watched() -> bool:
@@ -306,7 +312,16 @@ class Consumer(ConsumerRebalanceListener, Generic[M]):
             return answered
 
         watched.baton_watched = True  # type: ignore[attr-defined]
-        coordinator._do_heartbeat = watched  # type: ignore[union-attr]
+        coordinator._do_heartbeat = watched
+        for name in ("coordinator_dead", "reset_generation"):
+            setattr(coordinator, name, self._voiding(getattr(coordinator, name)))
+
+    def _voiding(self, method: Callable[[], None]) -> Callable[[], None]:
+        """`method`, which first voids this member's confirmation."""
+        def voided() -> None:
+            self._confirmed_at = None
+            method()
+        return voided
 
     def partition_count(self) -> int:
         consumer = self._kafka_consumer()

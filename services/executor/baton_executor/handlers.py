@@ -10,8 +10,11 @@
   past the committed offset may include some whose results were already published. Before running
   any of them the replica reads the results written since the oldest such task, and skips those
   tasks: a step that completed is never run again.
-- Fencing: no provider call starts while the group has not confirmed this replica lately
-  (`Consumer.in_group`, asked by the step runner): another replica may own the task by then.
+- Fencing: no provider call starts, and no result is published, while the group has not confirmed
+  this replica lately (`Consumer.in_group`, asked by the step runner and before each publish):
+  another replica may own the task by then. A revocation that finds this replica out of the group
+  (a broker that restarted without it) drops every task of the revoked partitions, calls in
+  progress too: their new owner may already have read back what was published.
 - A record's offset is finished only once its task's result is published. A redelivered copy of a
   task whose call is still running here (its partition came back to this replica) waits on that
   call instead of being finished at once, so a crash before the publish re-reads it. A result that
@@ -48,6 +51,8 @@ log = logging.getLogger(__name__)
 
 # On an assignment, results published this long ago or later count as done (see TaskConsumer._recover).
 RECENT_S = 60.0
+# How often a finished call's result, held while the group has not confirmed this replica, looks again.
+_CONFIRM_POLL_S = 0.05
 
 
 class RecentIds:
@@ -210,6 +215,10 @@ class TaskConsumer:
         delay = self.publish_retry_s
         hand_over = task.HasField("workflow") and self._hands_over(task, event)
         while True:
+            if not await self._still_owned(task):
+                log.warning("result of task %s not published: its partition moved on while the group "
+                            "had not confirmed this replica", task.task_id)
+                return False
             try:
                 if hand_over:
                     await self.results.send(handed_over(task.workflow, event.step_failed), key=task.request_id)
@@ -230,6 +239,17 @@ class TaskConsumer:
                 log.warning("result of task %s not published (%s); retrying in %.2f s", task.task_id, e, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
+
+    async def _still_owned(self, task: tasks_pb2.Task) -> bool:
+        """Wait until the group confirms this replica again, if it does not now; False once this
+        replica holds none of the task's records. A result is published only while the replica is
+        confirmed: one whose call ended while the broker was away may belong to another replica by
+        the time the broker is back, and the group says which (a revocation, or a new confirmation)."""
+        while not self.consumer.in_group():
+            if not any(self.tracker.holds(*p) for p in self.running.get(task.task_id, ())):
+                return False
+            await asyncio.sleep(_CONFIRM_POLL_S)
+        return True
 
     def _hands_over(self, task: tasks_pb2.Task, event: workflow_pb2.WorkflowEvent) -> bool:
         """Whether a one-step workflow's failed step goes on to its worker's fallback, through the
@@ -276,11 +296,20 @@ class TaskConsumer:
     async def revoked(self, revoked: set[TopicPartition]) -> None:
         for tp in revoked:
             self.revocations[tp] = self.revocations.get(tp, 0) + 1
+        jobs = [j for tp in revoked for j in self.in_flight.get(tp, ())]
+        if not self.consumer.in_group():
+            # Dropped from the group (the coordinator lost, or it no longer knows this replica): the
+            # partitions may be another replica's already, and it may have read back the results
+            # published so far. A result published from here now could be a second one for the same
+            # task, so every task of theirs is dropped, its record left to the new owner.
+            log.info("partitions revoked after this replica left the group: %d task(s) dropped", len(jobs))
+            await self._drop(jobs)
+            return
         # Let calls in flight finish (bounded) so the next owner does not repeat them. Tasks still
         # waiting for their turn under the limits are dropped at once (their records stay uncommitted,
         # so the next owner runs them): waiting for them would outlast the group's rebalance timeout
         # under a backlog, and a replica dropped from the group mid-call is what repeats calls.
-        await self._finish_or_drop([j for tp in revoked for j in self.in_flight.get(tp, ())])
+        await self._finish_or_drop(jobs)
 
     async def _finish_or_drop(self, jobs: list[asyncio.Task]) -> None:
         calling = getattr(self.runner, "calling", None)
@@ -289,6 +318,12 @@ class TaskConsumer:
                 job.cancel()
         if jobs:
             await asyncio.wait(jobs, timeout=self.drain_timeout_s)
+
+    @staticmethod
+    async def _drop(jobs: list[asyncio.Task]) -> None:
+        for job in jobs:
+            job.cancel()
+        await asyncio.gather(*jobs, return_exceptions=True)
 
     async def assigned(self, assigned: set[TopicPartition]) -> None:
         total = self.consumer.partition_count()
