@@ -302,7 +302,8 @@ class TaskConsumer:
             # partitions may be another replica's already, and it may have read back the results
             # published so far. A result published from here now could be a second one for the same
             # task, so every task of theirs is dropped, its record left to the new owner.
-            log.info("partitions revoked after this replica left the group: %d task(s) dropped", len(jobs))
+            if jobs:
+                log.info("partitions revoked after this replica left the group: %d task(s) dropped", len(jobs))
             await self._drop(jobs)
             return
         # Let calls in flight finish (bounded) so the next owner does not repeat them. Tasks still
