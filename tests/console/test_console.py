@@ -333,3 +333,31 @@ def test_only_the_newest_days_are_read_for_the_newest_episodes(tmp_path):
     assert [r["request_id"] for r in rows] == ["req-30", "req-31", "req-32"]
     with pytest.raises(ValueError, match="magic bytes"):  # the unreadable day is read once more rows are asked for than the others hold
         data.Episodes(str(tmp_path), most=7)._read()
+
+
+def test_the_dataset_is_decoded_again_only_when_its_files_change(dataset, monkeypatch):
+    """Files are never changed once written, so the same files hold the same rows: a refresh that finds
+    them all as they were (a readiness probe on an idle console) lists the folders and decodes nothing.
+    A new file, or one a compaction removed, is read at the next refresh."""
+    decoded = []
+    newest = data.newest_episodes
+    monkeypatch.setattr(data, "newest_episodes", lambda *args: decoded.append(args) or newest(*args))
+    episodes = data.Episodes(str(dataset))
+    rows, feedback = episodes._read()
+    assert [r["request_id"] for r in rows] == [f"req-{i}" for i in range(5)] and len(decoded) == 1
+    assert episodes._read() == (rows, feedback) and len(decoded) == 1, "the same files: nothing decoded again"
+
+    first_files = list((dataset / "episodes").rglob("*.parquet"))
+    r, grade = response(5, "acme", ["gemini-pro"], 1.0)
+    DatasetWriter(dataset / "episodes", "baton.responses", EPISODE_SCHEMA).write(
+        0, [Record(0, 5, episode_row(r, grade, 0, 5), r.completed_unix_ms)])
+    rating = feedback_pb2.Feedback(response_id="req-5", score=1.0, source="user", tenant="acme", created_unix_ms=T0)
+    DatasetWriter(dataset / "feedback", "baton.feedback", FEEDBACK_SCHEMA).write(
+        0, [Record(0, 1, feedback_row(rating, 0, 1), T0)])
+    rows, feedback = episodes._read()
+    assert len(decoded) == 2 and rows[-1]["request_id"] == "req-5" and "req-5" in feedback
+
+    for f in first_files:
+        f.unlink()  # what a compaction does to the files it has merged into a new one
+    rows, _ = episodes._read()
+    assert len(decoded) == 3 and [r["request_id"] for r in rows] == ["req-5"]

@@ -205,6 +205,11 @@ def search(rows: list[dict], *, request_id: str = "", tenant: str = "", worker: 
     return found
 
 
+def files_of(dataset: ds.Dataset | None) -> tuple[str, ...]:
+    """The files a dataset opened by `open_dataset` reads; none for no dataset."""
+    return tuple(dataset.files) if isinstance(dataset, ds.FileSystemDataset) else ()
+
+
 def newest_episodes(dataset: ds.Dataset, most: int) -> pa.Table:
     """The console's columns of the `most` newest episodes by completion time (and of any that tie with
     the oldest of them or have no time), opening only the files that can hold them: the newest days'
@@ -246,11 +251,13 @@ class Episodes:
     feedback: dict[str, list[dict]] = field(default_factory=dict)
     read_at: float = float("-inf")
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # The episode and feedback files `rows` and `feedback` were read from; None before the first read.
+    _files: tuple[tuple[str, ...], tuple[str, ...]] | None = None
 
     async def current(self) -> list[dict]:
         async with self._lock:
             if time.monotonic() - self.read_at >= self.refresh_s:
-                self.rows, self.feedback = await asyncio.to_thread(self._read)
+                await asyncio.to_thread(self._read)
                 self.read_at = time.monotonic()
                 if self.live is not None:
                     self.live.written(r["request_id"] for r in self.rows)
@@ -259,8 +266,19 @@ class Episodes:
         return (self.rows + self.live.pending())[-self.most:]
 
     def _read(self) -> tuple[list[dict], dict[str, list[dict]]]:
+        """`rows` and `feedback`, read again only if a file was written or removed since the last
+        read. The reward logger never changes a file once it is written (a compaction writes new ones
+        and removes the old), so the same files hold the same rows: a console nobody writes to, asked
+        only by its readiness probe, lists two folders instead of decoding `most` rows each time."""
         root = self.root.rstrip("/")
-        dataset = open_dataset(f"{root}/episodes")
+        dataset, ratings = open_dataset(f"{root}/episodes"), open_dataset(f"{root}/feedback")
+        files = (files_of(dataset), files_of(ratings))
+        if files != self._files:
+            self.rows, self.feedback = self._decode(dataset, ratings)
+            self._files = files
+        return self.rows, self.feedback
+
+    def _decode(self, dataset: ds.Dataset | None, ratings: ds.Dataset | None) -> tuple[list[dict], dict[str, list[dict]]]:
         rows: list[dict] = []
         if dataset is not None:
             table = newest_episodes(with_string_column(dataset, "tenant"), self.most).sort_by("completed_unix_ms")
@@ -269,7 +287,6 @@ class Episodes:
         newest = {r["request_id"]: r for r in rows}
         unique = sorted(newest.values(), key=lambda r: r["completed_unix_ms"] or 0)
         feedback: dict[str, list[dict]] = defaultdict(list)
-        ratings = open_dataset(f"{root}/feedback")
         if ratings is not None:
             columns = ["response_id", "score", "comment", "source", "created_unix_ms", "tenant"]
             for f in with_string_column(ratings, "tenant").to_table(columns=columns).to_pylist():
@@ -303,6 +320,8 @@ class Decisions:
     problem: str | None = None
     read_at: float = float("-inf")
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # The episode and feedback files `rows` and `feedback` were read from; None before the first read.
+    _files: tuple[tuple[str, ...], tuple[str, ...]] | None = None
 
     async def current(self) -> list[dict]:
         async with self._lock:
