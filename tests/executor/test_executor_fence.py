@@ -242,3 +242,57 @@ async def test_membership_is_void_as_soon_as_the_coordinator_is_lost(write_confi
             assert lapsed_after < 3, f"void {lapsed_after:.1f} s after the kill: within a heartbeat or two"
             await asyncio.to_thread(broker.start)
             assert await asyncio.to_thread(wait_for, consumer.in_group, 60), "confirmed again once it rejoins"
+
+
+async def test_a_heartbeat_answered_while_the_coordinator_loads_the_group_confirms_nothing(write_config):
+    """What `make chaos` found next: a broker started again answers every heartbeat "no error" while it
+    loads the group (Kafka answers blindly then), also from a member it has dropped. A replica whose
+    heartbeat landed in that window took itself for confirmed and ran, and published, tasks whose
+    partitions another replica had just been given. After a lost coordinator, a heartbeat confirms
+    only once the coordinator has answered an offset fetch for the group, which it does once loaded."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    class LoadingCoordinator:
+        member_id, generation = "replica-a", 4
+
+        async def _do_heartbeat(self) -> bool:
+            return True  # the blind answer
+
+        def coordinator_dead(self) -> None:
+            pass
+
+        def reset_generation(self) -> None:
+            pass
+
+    tp = TopicPartition(topics.REQUESTS, 0)
+    loaded = asyncio.Event()
+
+    async def committed(partition) -> int:
+        await loaded.wait()  # an offset fetch is answered only once the group is loaded
+        return 0
+
+    kafka_consumer = AIOKafkaConsumer.__new__(AIOKafkaConsumer)  # the parts the membership watch uses
+    kafka_consumer._coordinator = LoadingCoordinator()
+    kafka_consumer.assignment = lambda: {tp}
+    kafka_consumer.committed = committed
+    config = load_config(write_config({"kafka": {**load_config(write_config()).kafka.model_dump(),
+                                                 "heartbeat_interval_ms": 200}}))
+
+    async def handle(request: requests_pb2.ChatRequest, record) -> None:
+        return None
+
+    consumer = Service.create("baton-fence-test", config.kafka).consumer(
+        topics.REQUESTS, requests_pb2.ChatRequest, handle, group="fence", tracked=True)
+    consumer.subscriber.consumer = kafka_consumer
+    coordinator = kafka_consumer._coordinator
+    await consumer.on_partitions_assigned({tp})
+    assert consumer.in_group(), "a join confirms"
+    coordinator.coordinator_dead()  # the broker went away
+    assert not consumer.in_group()
+    assert await coordinator._do_heartbeat() is True
+    assert not consumer.in_group(), "a heartbeat answered while the group may still be loading confirms nothing"
+    loaded.set()
+    assert await coordinator._do_heartbeat() is True
+    assert consumer.in_group(), "one sent once the coordinator answers for the group's offsets does"
+    coordinator.reset_generation()  # the coordinator no longer knows this member
+    assert not consumer.in_group()

@@ -203,6 +203,10 @@ class Consumer(ConsumerRebalanceListener, Generic[M]):
         # and for how long such a confirmation holds: see `in_group`.
         self._confirmed_at: float | None = None
         self._confirmation_s = (kafka.session_timeout_ms - kafka.heartbeat_interval_ms) / 1000
+        self._heartbeat_s = kafka.heartbeat_interval_ms / 1000
+        # Whether the coordinator has loaded the group since this member last lost it: until then its
+        # heartbeat answers say nothing (see `_watch_heartbeats`).
+        self._group_loaded = False
         options: dict[str, Any] = {"auto_offset_reset": offset_reset}
         if group is not None:
             options = {**consumer_options(kafka), **options, "group_id": group, "listener": self}
@@ -306,8 +310,14 @@ class Consumer(ConsumerRebalanceListener, Generic[M]):
             return
 
         async def watched() -> bool:
+            # A coordinator that is still loading the group answers every heartbeat "no error" without
+            # looking at it (Kafka does so on purpose), however long ago it dropped this member. So once
+            # the coordinator was lost, a heartbeat confirms only if sent after the coordinator answered
+            # an offset fetch for the group, which it does only once the group is loaded.
+            loaded = self._group_loaded or await self._coordinator_has_loaded(consumer)
             answered = await beat()
-            if answered:
+            if answered and loaded:
+                self._group_loaded = True
                 self._confirmed_at = time.monotonic()
             return answered
 
@@ -320,8 +330,24 @@ class Consumer(ConsumerRebalanceListener, Generic[M]):
         """`method`, which first voids this member's confirmation."""
         def voided() -> None:
             self._confirmed_at = None
+            self._group_loaded = False
             method()
         return voided
+
+    async def _coordinator_has_loaded(self, consumer: AIOKafkaConsumer) -> bool:
+        """Whether the coordinator answers an offset fetch for one of this member's partitions within a
+        heartbeat interval: it does only once it has loaded the group. True with no partitions (no
+        record to fence)."""
+        assigned = sorted(consumer.assignment())
+        if not assigned:
+            return True
+        try:
+            await asyncio.wait_for(consumer.committed(assigned[0]), timeout=self._heartbeat_s)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - still loading, or away: not confirmed this time
+            return False
+        return True
 
     def partition_count(self) -> int:
         consumer = self._kafka_consumer()
@@ -402,8 +428,10 @@ class Consumer(ConsumerRebalanceListener, Generic[M]):
             self.tracker.forget(revoked)
 
     async def on_partitions_assigned(self, assigned) -> None:
-        # The group's join and sync just succeeded: this member is confirmed as of now.
+        # The group's join and sync just succeeded: this member is confirmed as of now (a coordinator
+        # answers a join only once it has loaded the group).
         self._confirmed_at = time.monotonic()
+        self._group_loaded = True
         consumer = self._kafka_consumer()
         if consumer is not None:
             self._watch_heartbeats(consumer)
