@@ -8,6 +8,7 @@ drops every task of those partitions: their new owner may already have read back
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import time
 import uuid
@@ -47,6 +48,27 @@ def sim_task() -> tasks_pb2.Task:
     return tasks_pb2.Task(task_id=f"{rid}:0:1", request_id=rid, step=0, attempt=1, worker="gemini-pro", query=query,
                           messages=[common_pb2.ChatMessage(role="user", content=query)],
                           deadline_unix_ms=int(time.time() * 1000) + 60_000)
+
+
+def requests_consumer(service: Service):
+    """A consumer of baton.requests in a group of its own that does nothing with what it reads."""
+    async def handle(request: requests_pb2.ChatRequest, record) -> None:
+        return None
+
+    return service.consumer(topics.REQUESTS, requests_pb2.ChatRequest, handle,
+                            group=f"fence-{uuid.uuid4().hex[:8]}", tracked=True)
+
+
+@contextlib.asynccontextmanager
+async def consumer_on_a_broker(write_config, tmp_path):
+    """A broker of its own, and a running `requests_consumer` on it: session timeout 6 s, a heartbeat
+    a second, so confirmed for 5 s at a time."""
+    with LocalKafka(data_dir=tmp_path / "kafka", log_file=tmp_path / "kafka.log") as broker:
+        bus = Bus("kafka", write_config, broker.bootstrap_servers)
+        service = Service.create("baton-fence-test", bus.config().kafka)
+        consumer = requests_consumer(service)
+        async with bus.running(service.asgi_app()):
+            yield broker, consumer
 
 
 def calls(metrics: ExecutorMetrics) -> float:
@@ -118,29 +140,19 @@ async def test_a_record_whose_partition_was_revoked_while_it_waited_for_a_slot_i
 
 
 async def test_membership_lapses_while_the_broker_is_paused_and_comes_back_with_it(write_config, tmp_path):
-    with LocalKafka(data_dir=tmp_path / "kafka", log_file=tmp_path / "kafka.log") as broker:
-        bus = Bus("kafka", write_config, broker.bootstrap_servers)
-        config = bus.config()  # session timeout 6 s, a heartbeat a second: confirmed for 5 s at a time
-        service = Service.create("baton-fence-test", config.kafka)
-
-        async def handle(request: requests_pb2.ChatRequest, record) -> None:
-            return None
-
-        consumer = service.consumer(topics.REQUESTS, requests_pb2.ChatRequest, handle,
-                                    group=f"fence-{uuid.uuid4().hex[:8]}", tracked=True)
-        async with bus.running(service.asgi_app()):
-            assert consumer.in_group()
-            await asyncio.sleep(7)
-            assert consumer.in_group(), "heartbeats the coordinator answered keep it confirmed past the join"
-            procs.signal_group(broker.pid, signal.SIGSTOP)
-            try:
-                paused = time.monotonic()
-                assert await asyncio.to_thread(wait_for, lambda: not consumer.in_group(), 10)
-                lapsed_after = time.monotonic() - paused
-            finally:
-                procs.signal_group(broker.pid, signal.SIGCONT)
-            assert lapsed_after < 6, f"lapsed {lapsed_after:.1f} s after the broker paused, within a session timeout"
-            assert await asyncio.to_thread(wait_for, consumer.in_group, 40), "confirmed again once the broker is back"
+    async with consumer_on_a_broker(write_config, tmp_path) as (broker, consumer):
+        assert consumer.in_group()
+        await asyncio.sleep(7)
+        assert consumer.in_group(), "heartbeats the coordinator answered keep it confirmed past the join"
+        procs.signal_group(broker.pid, signal.SIGSTOP)
+        try:
+            paused = time.monotonic()
+            assert await asyncio.to_thread(wait_for, lambda: not consumer.in_group(), 10)
+            lapsed_after = time.monotonic() - paused
+        finally:
+            procs.signal_group(broker.pid, signal.SIGCONT)
+        assert lapsed_after < 6, f"lapsed {lapsed_after:.1f} s after the broker paused, within a session timeout"
+        assert await asyncio.to_thread(wait_for, consumer.in_group, 40), "confirmed again once the broker is back"
 
 
 def fenced_consumer(write_config) -> tuple[TaskConsumer, ExecutorMetrics, list, dict]:
@@ -222,26 +234,16 @@ async def test_membership_is_void_as_soon_as_the_coordinator_is_lost(write_confi
     """A broker killed and started again may load the group without this member (its restart took
     longer than the session), and give its partitions to the first member to join: so losing the
     coordinator voids the confirmation at once, instead of a session timeout after the last one."""
-    with LocalKafka(data_dir=tmp_path / "kafka", log_file=tmp_path / "kafka.log") as broker:
-        bus = Bus("kafka", write_config, broker.bootstrap_servers)
-        config = bus.config()  # session timeout 6 s, a heartbeat a second: confirmed for 5 s at a time
-        service = Service.create("baton-fence-test", config.kafka)
-
-        async def handle(request: requests_pb2.ChatRequest, record) -> None:
-            return None
-
-        consumer = service.consumer(topics.REQUESTS, requests_pb2.ChatRequest, handle,
-                                    group=f"fence-{uuid.uuid4().hex[:8]}", tracked=True)
-        async with bus.running(service.asgi_app()):
-            await asyncio.sleep(2)
-            assert consumer.in_group()
-            broker.kill()
-            killed = time.monotonic()
-            assert await asyncio.to_thread(wait_for, lambda: not consumer.in_group(), 10)
-            lapsed_after = time.monotonic() - killed
-            assert lapsed_after < 3, f"void {lapsed_after:.1f} s after the kill: within a heartbeat or two"
-            await asyncio.to_thread(broker.start)
-            assert await asyncio.to_thread(wait_for, consumer.in_group, 60), "confirmed again once it rejoins"
+    async with consumer_on_a_broker(write_config, tmp_path) as (broker, consumer):
+        await asyncio.sleep(2)
+        assert consumer.in_group()
+        broker.kill()
+        killed = time.monotonic()
+        assert await asyncio.to_thread(wait_for, lambda: not consumer.in_group(), 10)
+        lapsed_after = time.monotonic() - killed
+        assert lapsed_after < 3, f"void {lapsed_after:.1f} s after the kill: within a heartbeat or two"
+        await asyncio.to_thread(broker.start)
+        assert await asyncio.to_thread(wait_for, consumer.in_group, 60), "confirmed again once it rejoins"
 
 
 async def test_a_heartbeat_answered_while_the_coordinator_loads_the_group_confirms_nothing(write_config):
@@ -278,11 +280,7 @@ async def test_a_heartbeat_answered_while_the_coordinator_loads_the_group_confir
     config = load_config(write_config({"kafka": {**load_config(write_config()).kafka.model_dump(),
                                                  "heartbeat_interval_ms": 200}}))
 
-    async def handle(request: requests_pb2.ChatRequest, record) -> None:
-        return None
-
-    consumer = Service.create("baton-fence-test", config.kafka).consumer(
-        topics.REQUESTS, requests_pb2.ChatRequest, handle, group="fence", tracked=True)
+    consumer = requests_consumer(Service.create("baton-fence-test", config.kafka))
     consumer.subscriber.consumer = kafka_consumer
     coordinator = kafka_consumer._coordinator
     await consumer.on_partitions_assigned({tp})
