@@ -320,8 +320,6 @@ class Decisions:
     problem: str | None = None
     read_at: float = float("-inf")
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    # The episode and feedback files `rows` and `feedback` were read from; None before the first read.
-    _files: tuple[tuple[str, ...], tuple[str, ...]] | None = None
 
     async def current(self) -> list[dict]:
         async with self._lock:

@@ -233,7 +233,7 @@ class TaskConsumer:
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001 - a broker away for a while: keep the result and try again
-                if not any(self.tracker.holds(*p) for p in self.running.get(task.task_id, ())):
+                if not self._holds_a_record(task):
                     log.warning("result of task %s not published (%s); its partition moved on", task.task_id, e)
                     return False
                 log.warning("result of task %s not published (%s); retrying in %.2f s", task.task_id, e, delay)
@@ -246,10 +246,14 @@ class TaskConsumer:
         confirmed: one whose call ended while the broker was away may belong to another replica by
         the time the broker is back, and the group says which (a revocation, or a new confirmation)."""
         while not self.consumer.in_group():
-            if not any(self.tracker.holds(*p) for p in self.running.get(task.task_id, ())):
+            if not self._holds_a_record(task):
                 return False
             await asyncio.sleep(_CONFIRM_POLL_S)
         return True
+
+    def _holds_a_record(self, task: tasks_pb2.Task) -> bool:
+        """Whether this replica still owns one of the records of `task` its running call answers."""
+        return any(self.tracker.holds(*p) for p in self.running.get(task.task_id, ()))
 
     def _hands_over(self, task: tasks_pb2.Task, event: workflow_pb2.WorkflowEvent) -> bool:
         """Whether a one-step workflow's failed step goes on to its worker's fallback, through the
@@ -431,7 +435,4 @@ class TaskConsumer:
         if self._recovery is not None:
             self._recovery.cancel()
         await self._finish_or_drop([j for js in self.in_flight.values() for j in js])
-        left = [j for js in self.in_flight.values() for j in js if not j.done()]
-        for job in left:
-            job.cancel()
-        await asyncio.gather(*left, return_exceptions=True)
+        await self._drop([j for js in self.in_flight.values() for j in js if not j.done()])
