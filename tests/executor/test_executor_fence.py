@@ -12,6 +12,7 @@ import contextlib
 import signal
 import time
 import uuid
+from types import SimpleNamespace
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -251,14 +252,22 @@ async def test_a_heartbeat_answered_while_the_coordinator_loads_the_group_confir
     loads the group (Kafka answers blindly then), also from a member it has dropped. A replica whose
     heartbeat landed in that window took itself for confirmed and ran, and published, tasks whose
     partitions another replica had just been given. After a lost coordinator, a heartbeat confirms
-    only once the coordinator has answered an offset fetch for the group, which it does once loaded."""
+    only once the coordinator has answered an offset fetch for the group with no error, which it does
+    once loaded."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     class LoadingCoordinator:
         member_id, generation = "replica-a", 4
+        loading = True
 
         async def _do_heartbeat(self) -> bool:
             return True  # the blind answer
+
+        async def _send_req(self, request) -> SimpleNamespace:
+            # An offset fetch: while loading, the group-level error COORDINATOR_LOAD_IN_PROGRESS (14),
+            # with partitions that read "nothing committed" (which AIOKafkaConsumer.committed returns).
+            error = 14 if self.loading else 0
+            return SimpleNamespace(error_code=error, topics=[(tp.topic, [(tp.partition, -1, "", 0)])])
 
         def coordinator_dead(self) -> None:
             pass
@@ -267,16 +276,9 @@ async def test_a_heartbeat_answered_while_the_coordinator_loads_the_group_confir
             pass
 
     tp = TopicPartition(topics.REQUESTS, 0)
-    loaded = asyncio.Event()
-
-    async def committed(partition) -> int:
-        await loaded.wait()  # an offset fetch is answered only once the group is loaded
-        return 0
-
     kafka_consumer = AIOKafkaConsumer.__new__(AIOKafkaConsumer)  # the parts the membership watch uses
     kafka_consumer._coordinator = LoadingCoordinator()
     kafka_consumer.assignment = lambda: {tp}
-    kafka_consumer.committed = committed
     config = load_config(write_config({"kafka": {**load_config(write_config()).kafka.model_dump(),
                                                  "heartbeat_interval_ms": 200}}))
 
@@ -289,7 +291,7 @@ async def test_a_heartbeat_answered_while_the_coordinator_loads_the_group_confir
     assert not consumer.in_group()
     assert await coordinator._do_heartbeat() is True
     assert not consumer.in_group(), "a heartbeat answered while the group may still be loading confirms nothing"
-    loaded.set()
+    coordinator.loading = False
     assert await coordinator._do_heartbeat() is True
     assert consumer.in_group(), "one sent once the coordinator answers for the group's offsets does"
     coordinator.reset_generation()  # the coordinator no longer knows this member

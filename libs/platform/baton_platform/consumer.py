@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
+from aiokafka.protocol.commit import OffsetFetchRequest
 from faststream import AckPolicy
 from faststream.kafka import KafkaBroker, KafkaMessage
 from google.protobuf.message import Message
@@ -335,19 +336,25 @@ class Consumer(ConsumerRebalanceListener, Generic[M]):
         return voided
 
     async def _coordinator_has_loaded(self, consumer: AIOKafkaConsumer) -> bool:
-        """Whether the coordinator answers an offset fetch for one of this member's partitions within a
-        heartbeat interval: it does only once it has loaded the group. True with no partitions (no
-        record to fence)."""
+        """Whether the coordinator answers an offset fetch for one of this member's partitions, with no
+        error, within a heartbeat interval: it does only once it has loaded the group. The fetch is sent
+        here rather than through `AIOKafkaConsumer.committed`, which ignores the response's group-level
+        error (where a broker says it is still loading) and reads it as "nothing committed". True with
+        no partitions (no record to fence)."""
         assigned = sorted(consumer.assignment())
         if not assigned:
             return True
+        tp = assigned[0]
+        request = OffsetFetchRequest(self.group, [(tp.topic, [tp.partition])])
         try:
-            await asyncio.wait_for(consumer.committed(assigned[0]), timeout=self._heartbeat_s)
+            response = await asyncio.wait_for(consumer._coordinator._send_req(request), timeout=self._heartbeat_s)
         except asyncio.CancelledError:
             raise
-        except Exception:  # noqa: BLE001 - still loading, or away: not confirmed this time
+        except Exception:  # noqa: BLE001 - away, or no answer in time: not confirmed this time
             return False
-        return True
+        errors = [getattr(response, "error_code", 0)]  # group-level, from version 2 on
+        errors += [error for _, partitions in response.topics for *_, error in partitions]
+        return not any(errors)
 
     def partition_count(self) -> int:
         consumer = self._kafka_consumer()
